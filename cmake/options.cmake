@@ -1,0 +1,37 @@
+# Build options. Every option has a default that works on a fresh machine of our kind.
+option(SMLA_BUILD_TESTS "Build the GoogleTest suites" ON)
+option(SMLA_BUILD_PYTHON "Build the torch extension (set by scikit-build-core)" OFF)
+option(SMLA_SANITIZE "Build host code with AddressSanitizer and UBSan" OFF)
+set(SMLA_ENABLE_CUDA "AUTO" CACHE STRING "Build CUDA back ends: ON, OFF or AUTO (when nvcc exists)")
+set(SMLA_CUDA_ARCHS "80;90a" CACHE STRING "CUDA architectures (90a enables the Hopper kernels)")
+set(SMLA_KERNEL_FILTER "" CACHE STRING "Regex: only build CUDA instantiation files matching it")
+
+if(SMLA_ENABLE_CUDA STREQUAL "AUTO")
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    set(SMLA_ENABLE_CUDA ON)
+  else()
+    set(SMLA_ENABLE_CUDA OFF)
+  endif()
+endif()
+message(STATUS "sparse-mla: CUDA back ends ${SMLA_ENABLE_CUDA}")
+
+# A CBLAS for the CLI's fp32 GEMM ceiling (OpenBLAS preferred: the reference BLAS would flatter
+# the CPU back end).
+find_library(SMLA_BLAS_LIBRARY NAMES openblas)
+if(SMLA_BLAS_LIBRARY)
+  message(STATUS "sparse-mla: GEMM ceiling measured with ${SMLA_BLAS_LIBRARY}")
+endif()
+
+function(smla_apply_host_flags target)
+  if(SMLA_SANITIZE)
+    target_compile_options(${target} PRIVATE
+      $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+  if(NOT SMLA_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Release")
+    # The CPU back end relies on auto-vectorised inner loops (AVX2/FMA where the CPU has them).
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O3 -march=native>)
+  endif()
+endfunction()

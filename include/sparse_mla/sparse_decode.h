@@ -1,0 +1,91 @@
+// Sparse MLA decode over a paged KV cache (SPEC §3), with explicit planning.
+//
+//   q                 [b, s_q, h_q, d_qk]  bf16, last dim contiguous
+//   kv_cache          paged cache (kv_cache_format.h); d_qk 576 (v32_fp8), 512 (v4_fp8), bf16 any
+//   indices           [b, s_q, topk]       int32, physical slot = block*page_block_size + offset;
+//                                          valid iff 0 <= idx < num_blocks*page_block_size
+//   topk_length       [b] or [b, s_q]      int32, optional (per request / per query token)
+//   attn_sink         [h_q]                fp32, optional
+//   extra_kv_cache    second cache, same format, own page size and block count, optional
+//   extra_indices     [b, s_q, extra_topk] int32, required iff extra_kv_cache
+//   extra_topk_length [b] or [b, s_q]      int32, optional, only with extra_kv_cache
+//   out               [b, s_q, h_q, d_v]   bf16 (d_v = 512)
+//   lse               [b, s_q, h_q]        fp32, natural log, +inf for a query with no valid slot
+// The valid slots of both lists form one softmax.
+//
+// Use: plan once per decode step (shapes only, host side, no device work), allocate
+// `plan.workspace_bytes` on the tensors' device, then call sparse_decode for every layer. The first
+// call of a step passes DecodeSchedule::kBuild: it computes the split schedule on the device from
+// the device-resident topk lengths (no host synchronisation); later layers of the same step pass
+// kReuse. The whole sequence can be captured in a CUDA graph.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "sparse_mla/backend.h"
+#include "sparse_mla/kv_cache_format.h"
+#include "sparse_mla/status.h"
+#include "sparse_mla/tensor_view.h"
+
+namespace sparse_mla {
+
+struct SparseDecodeArgs {
+  TensorView q;
+  KvCacheView kv_cache;
+  TensorView indices;
+  std::optional<TensorView> topk_length;
+  std::optional<TensorView> attn_sink;
+  std::optional<KvCacheView> extra_kv_cache;
+  std::optional<TensorView> extra_indices;
+  std::optional<TensorView> extra_topk_length;
+  std::optional<float> softmax_scale;  // default d_qk ** -0.5
+  int d_v = 512;
+  TensorView out;
+  TensorView lse;
+};
+
+// The shape of a decode call, without pointers: what a plan is made for.
+struct SparseDecodeProblem {
+  int64_t b = 0, s_q = 0, h_q = 0, d_qk = 0, d_v = 512, topk = 0;
+  KvCacheFormat format = KvCacheFormat::kV32Fp8;
+  int64_t page_block_size = 0;
+  bool has_topk_length = false;
+  bool topk_length_per_token = false;  // [b, s_q] rather than [b]
+  bool has_attn_sink = false;
+  bool has_extra = false;
+  int64_t extra_topk = 0;
+  int64_t extra_page_block_size = 0;
+  bool has_extra_topk_length = false;
+  bool extra_topk_length_per_token = false;
+  Device device{};
+
+  friend bool operator==(const SparseDecodeProblem&, const SparseDecodeProblem&) = default;
+};
+
+// Derives the problem of a call (validating the arguments first).
+Status describe_sparse_decode(const SparseDecodeArgs& args, SparseDecodeProblem* problem);
+
+struct DecodePlan {
+  SparseDecodeProblem problem;  // sparse_decode refuses arguments of another shape
+  Backend backend = Backend::kCpu;
+  std::string kernel;           // the kernel variant that will run
+  int num_sm_parts = 0;         // work units the schedule splits the KV work into
+  size_t workspace_bytes = 0;   // to allocate on problem.device (may be 0)
+  std::string reason;           // why this kernel and this split count, for logs and `list`
+};
+
+Status plan_sparse_decode(const SparseDecodeProblem& problem, DecodePlan* plan,
+                          const RunOptions& options = {});
+
+enum class DecodeSchedule {
+  kBuild,  // compute the schedule into the workspace (first layer of a step)
+  kReuse,  // the workspace already holds the schedule for these topk lengths
+};
+
+Status sparse_decode(const SparseDecodeArgs& args, const DecodePlan& plan, void* workspace,
+                     size_t workspace_bytes, DecodeSchedule schedule = DecodeSchedule::kBuild,
+                     const RunOptions& options = {});
+
+}  // namespace sparse_mla
