@@ -1,0 +1,438 @@
+// Argument validation for sparse_prefill and sparse_decode (see validate.h). Each check returns
+// the first problem found, phrased as "<op>: <argument> <what is wrong> (<value>)".
+#include "core/validate.h"
+
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <string>
+
+namespace sparse_mla::detail {
+namespace {
+
+// Builds messages with a fixed "<op>: " prefix.
+class Checker {
+ public:
+  explicit Checker(const char* op) : op_(op) {}
+
+  Status fail(const std::string& message) const {
+    return invalid_argument(std::string(op_) + ": " + message);
+  }
+
+  // Rank, dtype, non-null data, non-negative sizes and strides, unit stride in the last dim
+  // (when `last_dim_contiguous`), element alignment of the data pointer.
+  Status tensor(const char* name, const TensorView& t, int rank, DType dtype,
+                bool last_dim_contiguous = true) const {
+    if (t.rank != rank) {
+      return fail(std::string(name) + " must have rank " + std::to_string(rank) + ", got rank " +
+                  std::to_string(t.rank) + " (" + describe(t) + ")");
+    }
+    if (t.dtype != dtype) {
+      return fail(std::string(name) + " must be " + dtype_name(dtype) + ", got " +
+                  dtype_name(t.dtype));
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (t.sizes[d] < 0) {
+        return fail(std::string(name) + ".sizes[" + std::to_string(d) + "] = " +
+                    std::to_string(t.sizes[d]) + " is negative");
+      }
+      if (t.strides[d] < 0) {
+        return fail(std::string(name) + ".strides[" + std::to_string(d) + "] = " +
+                    std::to_string(t.strides[d]) + " is negative");
+      }
+    }
+    if (t.numel() > 0 && t.data == nullptr) {
+      return fail(std::string(name) + ".data is null for a non-empty tensor (" + describe(t) +
+                  ")");
+    }
+    if (last_dim_contiguous && t.sizes[rank - 1] > 1 && t.strides[rank - 1] != 1) {
+      return fail(std::string(name) + " must be contiguous in its last dimension, got stride " +
+                  std::to_string(t.strides[rank - 1]));
+    }
+    auto address = reinterpret_cast<uintptr_t>(t.data);
+    if (address % dtype_size(dtype) != 0) {
+      return fail(std::string(name) + ".data = " + pointer_text(t.data) +
+                  " is not aligned to its element size " + std::to_string(dtype_size(dtype)));
+    }
+    return {};
+  }
+
+  // 16-byte alignment of the base pointer and of every row stride: the CUDA kernels load rows
+  // with 16-byte vector loads and cp.async.
+  Status rows_16b_aligned(const char* name, const TensorView& t) const {
+    size_t elem = dtype_size(t.dtype);
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0) {
+      return fail(std::string(name) + ".data = " + pointer_text(t.data) +
+                  " must be 16-byte aligned for the CUDA back end");
+    }
+    for (int d = 0; d + 1 < t.rank; ++d) {
+      if (t.sizes[d] > 1 && (t.strides[d] * static_cast<int64_t>(elem)) % 16 != 0) {
+        return fail(std::string(name) + ".strides[" + std::to_string(d) + "] = " +
+                    std::to_string(t.strides[d]) +
+                    " elements is not a multiple of 16 bytes, required by the CUDA back end");
+      }
+    }
+    return {};
+  }
+
+  Status size_is(const char* name, const TensorView& t, int dim, int64_t expected,
+                 const char* meaning) const {
+    if (t.sizes[dim] != expected) {
+      return fail(std::string(name) + ".sizes[" + std::to_string(dim) + "] (" + meaning +
+                  ") = " + std::to_string(t.sizes[dim]) + ", expected " +
+                  std::to_string(expected));
+    }
+    return {};
+  }
+
+  Status same_device(const char* name, const TensorView& t, Device device) const {
+    if (!(t.device == device)) {
+      return fail(std::string(name) + " is on " + to_string(t.device) + " but q is on " +
+                  to_string(device));
+    }
+    return {};
+  }
+
+  static std::string pointer_text(const void* p) {
+    std::ostringstream os;
+    os << p;
+    return os.str();
+  }
+
+ private:
+  const char* op_;
+};
+
+Status check_heads_and_dims(const Checker& c, const char* name, const TensorView& q, int h_dim) {
+  int64_t h_q = q.sizes[h_dim];
+  if (h_q < 1 || h_q > kMaxHeads) {
+    return c.fail(std::string(name) + ".sizes[" + std::to_string(h_dim) + "] (h_q) = " +
+                  std::to_string(h_q) + " is out of range [1, 128]");
+  }
+  int64_t d_qk = q.sizes[h_dim + 1];
+  if (d_qk != 512 && d_qk != 576) {
+    return c.fail(std::string(name) + ".sizes[" + std::to_string(h_dim + 1) + "] (d_qk) = " +
+                  std::to_string(d_qk) + " is not supported; d_qk must be 576 (V3.2) or 512 (V4)");
+  }
+  return {};
+}
+
+Status check_d_v(const Checker& c, int d_v) {
+  if (d_v != kValueDim) {
+    return c.fail("d_v = " + std::to_string(d_v) + " is not supported; d_v must be 512");
+  }
+  return {};
+}
+
+Status check_scale(const Checker& c, const char* name, float scale) {
+  if (!std::isfinite(scale)) {
+    return c.fail(std::string(name) + " = " + std::to_string(scale) + " must be finite");
+  }
+  return {};
+}
+
+Status check_attn_sink(const Checker& c, const std::optional<TensorView>& sink, int64_t h_q,
+                       Device device) {
+  if (!sink) return {};
+  SMLA_RETURN_IF_ERROR(c.tensor("attn_sink", *sink, 1, DType::kFloat32, false));
+  SMLA_RETURN_IF_ERROR(c.size_is("attn_sink", *sink, 0, h_q, "h_q"));
+  return c.same_device("attn_sink", *sink, device);
+}
+
+}  // namespace
+
+Status validate_kv_cache_view(const char* op, const char* what, const KvCacheView& cache) {
+  Checker c(op);
+  std::string w(what);
+  const KvCacheFormatInfo& info = kv_cache_format_info(cache.format);
+  if (cache.num_blocks < 1) {
+    return c.fail(w + ".num_blocks = " + std::to_string(cache.num_blocks) + " must be >= 1");
+  }
+  if (cache.page_block_size < 1) {
+    return c.fail(w + ".page_block_size = " + std::to_string(cache.page_block_size) +
+                  " must be >= 1");
+  }
+  if (cache.data == nullptr) return c.fail(w + ".data is null");
+  if (info.d_qk != 0 && cache.d_qk != info.d_qk) {
+    return c.fail(w + ".d_qk = " + std::to_string(cache.d_qk) + " does not match format " +
+                  std::string(info.name) + " (d_qk " + std::to_string(info.d_qk) + ")");
+  }
+  if (info.d_qk == 0 && cache.d_qk != 512 && cache.d_qk != 576) {
+    return c.fail(w + ".d_qk = " + std::to_string(cache.d_qk) + " must be 512 or 576 for " +
+                  std::string(info.name));
+  }
+  int64_t min_stride = kv_cache_min_block_stride(cache.format, cache.page_block_size, cache.d_qk);
+  if (cache.block_stride_bytes < min_stride) {
+    return c.fail(w + ".block_stride_bytes = " + std::to_string(cache.block_stride_bytes) +
+                  " is smaller than the minimum " + std::to_string(min_stride) + " for " +
+                  std::string(info.name) + " with page_block_size " +
+                  std::to_string(cache.page_block_size));
+  }
+  if (cache.block_stride_bytes % info.block_alignment != 0) {
+    return c.fail(w + ".block_stride_bytes = " + std::to_string(cache.block_stride_bytes) +
+                  " is not a multiple of " + std::to_string(info.block_alignment) + " as " +
+                  std::string(info.name) + " requires");
+  }
+  // Token rows are read with 16-byte loads on CUDA, and scale words with 4-byte loads.
+  if (reinterpret_cast<uintptr_t>(cache.data) % 16 != 0) {
+    return c.fail(w + ".data = " + Checker::pointer_text(cache.data) +
+                  " must be 16-byte aligned");
+  }
+  if (cache.block_stride_bytes % 16 != 0) {
+    return c.fail(w + ".block_stride_bytes = " + std::to_string(cache.block_stride_bytes) +
+                  " must be a multiple of 16");
+  }
+  if (cache.num_blocks > INT64_MAX / cache.page_block_size ||
+      cache.num_slots() > static_cast<int64_t>(INT32_MAX) + 1) {
+    return c.fail(w + " has " + std::to_string(cache.num_blocks) + " blocks of " +
+                  std::to_string(cache.page_block_size) +
+                  " tokens, more slots than int32 indices can address");
+  }
+  return {};
+}
+
+Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
+  Checker c("sparse_prefill");
+  SMLA_RETURN_IF_ERROR(c.tensor("q", a.q, 3, DType::kBFloat16));
+  SMLA_RETURN_IF_ERROR(check_heads_and_dims(c, "q", a.q, 1));
+  const int64_t s_q = a.q.sizes[0], h_q = a.q.sizes[1], d_qk = a.q.sizes[2];
+  const Device device = a.q.device;
+
+  SMLA_RETURN_IF_ERROR(c.tensor("kv", a.kv, 3, DType::kBFloat16));
+  SMLA_RETURN_IF_ERROR(c.size_is("kv", a.kv, 1, 1, "h_kv"));
+  SMLA_RETURN_IF_ERROR(c.size_is("kv", a.kv, 2, d_qk, "d_qk"));
+  SMLA_RETURN_IF_ERROR(c.same_device("kv", a.kv, device));
+  const int64_t s_kv = a.kv.sizes[0];
+  if (s_kv > static_cast<int64_t>(INT32_MAX)) {
+    return c.fail("kv.sizes[0] (s_kv) = " + std::to_string(s_kv) +
+                  " exceeds what int32 indices can address");
+  }
+
+  SMLA_RETURN_IF_ERROR(c.tensor("indices", a.indices, 3, DType::kInt32));
+  SMLA_RETURN_IF_ERROR(c.size_is("indices", a.indices, 0, s_q, "s_q"));
+  SMLA_RETURN_IF_ERROR(c.size_is("indices", a.indices, 1, 1, "h_kv"));
+  SMLA_RETURN_IF_ERROR(c.same_device("indices", a.indices, device));
+  const int64_t topk = a.indices.sizes[2];
+  if (topk < 1) return c.fail("indices.sizes[2] (topk) = " + std::to_string(topk) + " must be >= 1");
+
+  SMLA_RETURN_IF_ERROR(check_scale(c, "sm_scale", a.sm_scale));
+  SMLA_RETURN_IF_ERROR(check_d_v(c, a.d_v));
+  SMLA_RETURN_IF_ERROR(check_attn_sink(c, a.attn_sink, h_q, device));
+  if (a.topk_length) {
+    SMLA_RETURN_IF_ERROR(c.tensor("topk_length", *a.topk_length, 1, DType::kInt32, false));
+    SMLA_RETURN_IF_ERROR(c.size_is("topk_length", *a.topk_length, 0, s_q, "s_q"));
+    SMLA_RETURN_IF_ERROR(c.same_device("topk_length", *a.topk_length, device));
+  }
+
+  SMLA_RETURN_IF_ERROR(c.tensor("out", a.out, 3, DType::kBFloat16));
+  SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 0, s_q, "s_q"));
+  SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 1, h_q, "h_q"));
+  SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 2, a.d_v, "d_v"));
+  SMLA_RETURN_IF_ERROR(c.same_device("out", a.out, device));
+  for (auto [name, t] : {std::pair{"max_logits", &a.max_logits}, std::pair{"lse", &a.lse}}) {
+    SMLA_RETURN_IF_ERROR(c.tensor(name, *t, 2, DType::kFloat32, false));
+    SMLA_RETURN_IF_ERROR(c.size_is(name, *t, 0, s_q, "s_q"));
+    SMLA_RETURN_IF_ERROR(c.size_is(name, *t, 1, h_q, "h_q"));
+    SMLA_RETURN_IF_ERROR(c.same_device(name, *t, device));
+  }
+  if (device.is_cuda()) {
+    SMLA_RETURN_IF_ERROR(c.rows_16b_aligned("q", a.q));
+    SMLA_RETURN_IF_ERROR(c.rows_16b_aligned("kv", a.kv));
+    SMLA_RETURN_IF_ERROR(c.rows_16b_aligned("out", a.out));
+  }
+
+  *p = PrefillParams{};
+  p->problem = SparsePrefillProblem{s_q,  s_kv, h_q, d_qk, a.d_v, topk, a.attn_sink.has_value(),
+                                    a.topk_length.has_value(), device};
+  p->sm_scale = a.sm_scale;
+  p->q = a.q.data_as<const bf16_bits>();
+  p->q_stride_s = a.q.strides[0];
+  p->q_stride_h = a.q.strides[1];
+  p->kv = a.kv.data_as<const bf16_bits>();
+  p->kv_stride_s = a.kv.strides[0];
+  p->indices = a.indices.data_as<const int32_t>();
+  p->indices_stride_s = a.indices.strides[0];
+  if (a.attn_sink) {
+    p->attn_sink = a.attn_sink->data_as<const float>();
+    p->attn_sink_stride = a.attn_sink->strides[0];
+  }
+  if (a.topk_length) {
+    p->topk_length = a.topk_length->data_as<const int32_t>();
+    p->topk_length_stride = a.topk_length->strides[0];
+  }
+  p->out = a.out.data_as<bf16_bits>();
+  p->out_stride_s = a.out.strides[0];
+  p->out_stride_h = a.out.strides[1];
+  p->max_logits = a.max_logits.data_as<float>();
+  p->max_logits_stride_s = a.max_logits.strides[0];
+  p->max_logits_stride_h = a.max_logits.strides[1];
+  p->lse = a.lse.data_as<float>();
+  p->lse_stride_s = a.lse.strides[0];
+  p->lse_stride_h = a.lse.strides[1];
+  return {};
+}
+
+namespace {
+
+// indices [b, s_q, topk] and optional lengths [b] or [b, s_q] of one list ("" or "extra_").
+Status validate_index_list(const Checker& c, const std::string& prefix, const TensorView& indices,
+                           const std::optional<TensorView>& lengths, int64_t b, int64_t s_q,
+                           Device device, IndexListParams* list, bool* per_token) {
+  std::string ind = prefix + "indices", len = prefix + "topk_length";
+  SMLA_RETURN_IF_ERROR(c.tensor(ind.c_str(), indices, 3, DType::kInt32));
+  SMLA_RETURN_IF_ERROR(c.size_is(ind.c_str(), indices, 0, b, "b"));
+  SMLA_RETURN_IF_ERROR(c.size_is(ind.c_str(), indices, 1, s_q, "s_q"));
+  SMLA_RETURN_IF_ERROR(c.same_device(ind.c_str(), indices, device));
+  if (indices.sizes[2] < 1) {
+    return c.fail(ind + ".sizes[2] (topk) = " + std::to_string(indices.sizes[2]) +
+                  " must be >= 1");
+  }
+  *list = IndexListParams{};
+  list->indices = indices.data_as<const int32_t>();
+  list->indices_stride_b = indices.strides[0];
+  list->indices_stride_s = indices.strides[1];
+  list->topk = indices.sizes[2];
+  *per_token = false;
+  if (!lengths) return {};
+  const TensorView& t = *lengths;
+  if (t.rank != 1 && t.rank != 2) {
+    return c.fail(len + " must have shape [b] or [b, s_q], got " + describe(t));
+  }
+  SMLA_RETURN_IF_ERROR(c.tensor(len.c_str(), t, t.rank, DType::kInt32, false));
+  SMLA_RETURN_IF_ERROR(c.size_is(len.c_str(), t, 0, b, "b"));
+  if (t.rank == 2) SMLA_RETURN_IF_ERROR(c.size_is(len.c_str(), t, 1, s_q, "s_q"));
+  SMLA_RETURN_IF_ERROR(c.same_device(len.c_str(), t, device));
+  list->topk_length = t.data_as<const int32_t>();
+  list->topk_length_stride_b = t.strides[0];
+  list->topk_length_stride_s = t.rank == 2 ? t.strides[1] : 0;
+  *per_token = t.rank == 2;
+  return {};
+}
+
+KvCacheParams cache_params(const KvCacheView& v) {
+  return KvCacheParams{static_cast<const uint8_t*>(v.data), v.format, v.num_blocks,
+                       v.page_block_size, v.block_stride_bytes, v.d_qk};
+}
+
+}  // namespace
+
+Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
+  Checker c("sparse_decode");
+  SMLA_RETURN_IF_ERROR(c.tensor("q", a.q, 4, DType::kBFloat16));
+  SMLA_RETURN_IF_ERROR(check_heads_and_dims(c, "q", a.q, 2));
+  const int64_t b = a.q.sizes[0], s_q = a.q.sizes[1], h_q = a.q.sizes[2], d_qk = a.q.sizes[3];
+  const Device device = a.q.device;
+  if (s_q < 1) return c.fail("q.sizes[1] (s_q) = " + std::to_string(s_q) + " must be >= 1");
+
+  SMLA_RETURN_IF_ERROR(validate_kv_cache_view("sparse_decode", "kv_cache", a.kv_cache));
+  if (a.kv_cache.d_qk != d_qk) {
+    return c.fail("kv_cache.d_qk = " + std::to_string(a.kv_cache.d_qk) +
+                  " does not match q's d_qk = " + std::to_string(d_qk));
+  }
+  if (!(a.kv_cache.device == device)) {
+    return c.fail("kv_cache is on " + to_string(a.kv_cache.device) + " but q is on " +
+                  to_string(device));
+  }
+
+  IndexListParams main_list, extra_list;
+  bool main_per_token = false, extra_per_token = false;
+  SMLA_RETURN_IF_ERROR(validate_index_list(c, "", a.indices, a.topk_length, b, s_q, device,
+                                           &main_list, &main_per_token));
+
+  const bool has_extra = a.extra_kv_cache.has_value();
+  if (!has_extra && a.extra_indices) {
+    return c.fail("extra_indices is given without extra_kv_cache");
+  }
+  if (!has_extra && a.extra_topk_length) {
+    return c.fail("extra_topk_length is given without extra_kv_cache");
+  }
+  if (has_extra) {
+    if (!a.extra_indices) return c.fail("extra_kv_cache is given without extra_indices");
+    const KvCacheView& e = *a.extra_kv_cache;
+    if (e.format != a.kv_cache.format) {
+      return c.fail(std::string("extra_kv_cache.format = ") + kv_cache_format_name(e.format) +
+                    " differs from kv_cache.format = " +
+                    kv_cache_format_name(a.kv_cache.format));
+    }
+    SMLA_RETURN_IF_ERROR(validate_kv_cache_view("sparse_decode", "extra_kv_cache", e));
+    if (e.d_qk != d_qk) {
+      return c.fail("extra_kv_cache.d_qk = " + std::to_string(e.d_qk) +
+                    " does not match q's d_qk = " + std::to_string(d_qk));
+    }
+    if (!(e.device == device)) {
+      return c.fail("extra_kv_cache is on " + to_string(e.device) + " but q is on " +
+                    to_string(device));
+    }
+    SMLA_RETURN_IF_ERROR(validate_index_list(c, "extra_", *a.extra_indices, a.extra_topk_length,
+                                             b, s_q, device, &extra_list, &extra_per_token));
+  }
+
+  float scale = a.softmax_scale.value_or(static_cast<float>(1.0 / std::sqrt(double(d_qk))));
+  SMLA_RETURN_IF_ERROR(check_scale(c, "softmax_scale", scale));
+  SMLA_RETURN_IF_ERROR(check_d_v(c, a.d_v));
+  SMLA_RETURN_IF_ERROR(check_attn_sink(c, a.attn_sink, h_q, device));
+
+  SMLA_RETURN_IF_ERROR(c.tensor("out", a.out, 4, DType::kBFloat16));
+  SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 0, b, "b"));
+  SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 1, s_q, "s_q"));
+  SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 2, h_q, "h_q"));
+  SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 3, a.d_v, "d_v"));
+  SMLA_RETURN_IF_ERROR(c.same_device("out", a.out, device));
+  SMLA_RETURN_IF_ERROR(c.tensor("lse", a.lse, 3, DType::kFloat32, false));
+  SMLA_RETURN_IF_ERROR(c.size_is("lse", a.lse, 0, b, "b"));
+  SMLA_RETURN_IF_ERROR(c.size_is("lse", a.lse, 1, s_q, "s_q"));
+  SMLA_RETURN_IF_ERROR(c.size_is("lse", a.lse, 2, h_q, "h_q"));
+  SMLA_RETURN_IF_ERROR(c.same_device("lse", a.lse, device));
+  if (device.is_cuda()) {
+    SMLA_RETURN_IF_ERROR(c.rows_16b_aligned("q", a.q));
+    SMLA_RETURN_IF_ERROR(c.rows_16b_aligned("out", a.out));
+  }
+
+  *p = DecodeParams{};
+  SparseDecodeProblem& pr = p->problem;
+  pr.b = b;
+  pr.s_q = s_q;
+  pr.h_q = h_q;
+  pr.d_qk = d_qk;
+  pr.d_v = a.d_v;
+  pr.topk = main_list.topk;
+  pr.format = a.kv_cache.format;
+  pr.page_block_size = a.kv_cache.page_block_size;
+  pr.has_topk_length = a.topk_length.has_value();
+  pr.topk_length_per_token = main_per_token;
+  pr.has_attn_sink = a.attn_sink.has_value();
+  pr.has_extra = has_extra;
+  pr.extra_topk = has_extra ? extra_list.topk : 0;
+  pr.extra_page_block_size = has_extra ? a.extra_kv_cache->page_block_size : 0;
+  pr.has_extra_topk_length = a.extra_topk_length.has_value();
+  pr.extra_topk_length_per_token = extra_per_token;
+  pr.device = device;
+
+  p->softmax_scale = scale;
+  p->q = a.q.data_as<const bf16_bits>();
+  p->q_stride_b = a.q.strides[0];
+  p->q_stride_s = a.q.strides[1];
+  p->q_stride_h = a.q.strides[2];
+  p->cache = cache_params(a.kv_cache);
+  p->list = main_list;
+  p->has_extra = has_extra;
+  if (has_extra) {
+    p->extra_cache = cache_params(*a.extra_kv_cache);
+    p->extra_list = extra_list;
+  }
+  if (a.attn_sink) {
+    p->attn_sink = a.attn_sink->data_as<const float>();
+    p->attn_sink_stride = a.attn_sink->strides[0];
+  }
+  p->out = a.out.data_as<bf16_bits>();
+  p->out_stride_b = a.out.strides[0];
+  p->out_stride_s = a.out.strides[1];
+  p->out_stride_h = a.out.strides[2];
+  p->lse = a.lse.data_as<float>();
+  p->lse_stride_b = a.lse.strides[0];
+  p->lse_stride_s = a.lse.strides[1];
+  p->lse_stride_h = a.lse.strides[2];
+  return {};
+}
+
+}  // namespace sparse_mla::detail

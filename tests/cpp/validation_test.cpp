@@ -1,0 +1,319 @@
+// Every validation error path of sparse_prefill / plan_sparse_decode / sparse_decode (SPEC §6):
+// each bad argument gives kInvalidArgument with a message naming the argument and the value,
+// and the outputs are left exactly as they were.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "sparse_mla/sparse_mla.h"
+
+namespace sparse_mla {
+namespace {
+
+constexpr uint16_t kSentinelBf16 = 0x7fc1;  // a NaN pattern no kernel writes
+constexpr float kSentinelF32 = -12345.0f;
+
+// A small valid prefill call: s_q 3, s_kv 40, h_q 4, d_qk 576, topk 8, all tensors contiguous.
+struct PrefillFixture {
+  static constexpr int64_t s_q = 3, s_kv = 40, h_q = 4, d_qk = 576, topk = 8;
+  alignas(16) std::vector<uint16_t> q = std::vector<uint16_t>(s_q * h_q * d_qk, 0x3c00);
+  std::vector<uint16_t> kv = std::vector<uint16_t>(s_kv * d_qk, 0x3c00);
+  std::vector<int32_t> indices = std::vector<int32_t>(s_q * topk, 1);
+  std::vector<float> sink = std::vector<float>(h_q, 0.5f);
+  std::vector<int32_t> lengths = std::vector<int32_t>(s_q, 4);
+  std::vector<uint16_t> out = std::vector<uint16_t>(s_q * h_q * 512, kSentinelBf16);
+  std::vector<float> max_logits = std::vector<float>(s_q * h_q, kSentinelF32);
+  std::vector<float> lse = std::vector<float>(s_q * h_q, kSentinelF32);
+
+  SparsePrefillArgs args() {
+    SparsePrefillArgs a;
+    a.q = TensorView::contiguous(q.data(), DType::kBFloat16, {s_q, h_q, d_qk});
+    a.kv = TensorView::contiguous(kv.data(), DType::kBFloat16, {s_kv, 1, d_qk});
+    a.indices = TensorView::contiguous(indices.data(), DType::kInt32, {s_q, 1, topk});
+    a.sm_scale = 0.04f;
+    a.attn_sink = TensorView::contiguous(sink.data(), DType::kFloat32, {h_q});
+    a.topk_length = TensorView::contiguous(lengths.data(), DType::kInt32, {s_q});
+    a.out = TensorView::contiguous(out.data(), DType::kBFloat16, {s_q, h_q, 512});
+    a.max_logits = TensorView::contiguous(max_logits.data(), DType::kFloat32, {s_q, h_q});
+    a.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {s_q, h_q});
+    return a;
+  }
+
+  bool outputs_untouched() const {
+    for (uint16_t v : out)
+      if (v != kSentinelBf16) return false;
+    for (float v : max_logits)
+      if (v != kSentinelF32) return false;
+    for (float v : lse)
+      if (v != kSentinelF32) return false;
+    return true;
+  }
+};
+
+struct PrefillCase {
+  const char* name;
+  std::function<void(SparsePrefillArgs&)> mutate;
+  const char* expected;  // substring of the message
+};
+
+class PrefillValidation : public ::testing::TestWithParam<PrefillCase> {};
+
+TEST_P(PrefillValidation, RejectsWithClearMessageAndLeavesOutputs) {
+  PrefillFixture f;
+  SparsePrefillArgs a = f.args();
+  GetParam().mutate(a);
+  for (Backend backend : {Backend::kCpu, Backend::kReference}) {
+    RunOptions options;
+    options.backend = backend;
+    Status s = sparse_prefill(a, options);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find("sparse_prefill: "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(GetParam().expected), std::string::npos)
+        << "message: " << s.message() << "\nexpected to contain: " << GetParam().expected;
+    EXPECT_TRUE(f.outputs_untouched());
+  }
+}
+
+std::vector<PrefillCase> prefill_cases() {
+  return {
+      {"q_rank", [](auto& a) { a.q.rank = 2; }, "q must have rank 3"},
+      {"q_dtype", [](auto& a) { a.q.dtype = DType::kFloat32; }, "q must be bf16, got fp32"},
+      {"q_null", [](auto& a) { a.q.data = nullptr; }, "q.data is null"},
+      {"h_q_zero", [](auto& a) { a.q.sizes[1] = 0; }, "q.sizes[1] (h_q) = 0 is out of range"},
+      {"h_q_129", [](auto& a) { a.q.sizes[1] = 129; }, "q.sizes[1] (h_q) = 129 is out of range"},
+      {"d_qk_256", [](auto& a) { a.q.sizes[2] = 256; }, "q.sizes[2] (d_qk) = 256"},
+      {"negative_s_q", [](auto& a) { a.q.sizes[0] = -1; }, "q.sizes[0] = -1 is negative"},
+      {"negative_stride", [](auto& a) { a.q.strides[0] = -5; }, "q.strides[0] = -5 is negative"},
+      {"q_last_dim_stride", [](auto& a) { a.q.strides[2] = 2; },
+       "q must be contiguous in its last dimension, got stride 2"},
+      {"q_misaligned",
+       [](auto& a) { a.q.data = static_cast<char*>(a.q.data) + 1; }, "is not aligned"},
+      {"kv_h_kv", [](auto& a) { a.kv.sizes[1] = 2; }, "kv.sizes[1] (h_kv) = 2, expected 1"},
+      {"kv_d_qk", [](auto& a) { a.kv.sizes[2] = 512; }, "kv.sizes[2] (d_qk) = 512, expected 576"},
+      {"kv_dtype", [](auto& a) { a.kv.dtype = DType::kUInt8; }, "kv must be bf16"},
+      {"kv_null", [](auto& a) { a.kv.data = nullptr; }, "kv.data is null"},
+      {"indices_dtype", [](auto& a) { a.indices.dtype = DType::kFloat32; }, "indices must be int32"},
+      {"indices_s_q", [](auto& a) { a.indices.sizes[0] = 2; },
+       "indices.sizes[0] (s_q) = 2, expected 3"},
+      {"topk_zero", [](auto& a) { a.indices.sizes[2] = 0; }, "indices.sizes[2] (topk) = 0"},
+      {"sm_scale_nan", [](auto& a) { a.sm_scale = std::nanf(""); }, "sm_scale = nan must be finite"},
+      {"d_v", [](auto& a) { a.d_v = 448; }, "d_v = 448 is not supported"},
+      {"sink_shape", [](auto& a) { a.attn_sink->sizes[0] = 5; },
+       "attn_sink.sizes[0] (h_q) = 5, expected 4"},
+      {"sink_dtype", [](auto& a) { a.attn_sink->dtype = DType::kBFloat16; },
+       "attn_sink must be fp32"},
+      {"topk_length_shape", [](auto& a) { a.topk_length->sizes[0] = 7; },
+       "topk_length.sizes[0] (s_q) = 7, expected 3"},
+      {"topk_length_rank", [](auto& a) { a.topk_length->rank = 2; }, "topk_length must have rank 1"},
+      {"out_d_v", [](auto& a) { a.out.sizes[2] = 576; }, "out.sizes[2] (d_v) = 576, expected 512"},
+      {"out_null", [](auto& a) { a.out.data = nullptr; }, "out.data is null"},
+      {"lse_shape", [](auto& a) { a.lse.sizes[1] = 3; }, "lse.sizes[1] (h_q) = 3, expected 4"},
+      {"max_logits_dtype", [](auto& a) { a.max_logits.dtype = DType::kBFloat16; },
+       "max_logits must be fp32"},
+      {"kv_on_cuda", [](auto& a) { a.kv.device = Device::cuda(0); }, "kv is on cuda:0 but q is on cpu"},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, PrefillValidation, ::testing::ValuesIn(prefill_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(PrefillValidation, BackendMustMatchDevice) {
+  PrefillFixture f;
+  RunOptions options;
+  options.backend = Backend::kCuda;
+  Status s = sparse_prefill(f.args(), options);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("back end cuda cannot run on tensors on cpu"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(f.outputs_untouched());
+}
+
+TEST(PrefillValidation, UnknownKernelNameIsRejected) {
+  PrefillFixture f;
+  RunOptions options;
+  options.backend = Backend::kCpu;
+  options.kernel = "no_such_kernel";
+  Status s = sparse_prefill(f.args(), options);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("options.kernel = \"no_such_kernel\""), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(f.outputs_untouched());
+}
+
+// ---- decode --------------------------------------------------------------------------------
+
+// A small valid v4_fp8 decode call with an extra cache: b 2, s_q 2, h_q 8, topk 16 (+ 8 extra).
+struct DecodeFixture {
+  static constexpr int64_t b = 2, s_q = 2, h_q = 8, d_qk = 512, topk = 16, extra_topk = 8;
+  static constexpr int64_t page = 5, blocks = 4, extra_page = 2, extra_blocks = 6;
+  std::vector<uint16_t> q = std::vector<uint16_t>(b * s_q * h_q * d_qk, 0x3c00);
+  std::vector<uint8_t> cache, extra_cache;
+  std::vector<int32_t> indices = std::vector<int32_t>(b * s_q * topk, 3);
+  std::vector<int32_t> extra_indices = std::vector<int32_t>(b * s_q * extra_topk, 1);
+  std::vector<int32_t> lengths = std::vector<int32_t>(b, 10);
+  std::vector<int32_t> extra_lengths = std::vector<int32_t>(b * s_q, 5);
+  std::vector<float> sink = std::vector<float>(h_q, 0.0f);
+  std::vector<uint16_t> out = std::vector<uint16_t>(b * s_q * h_q * 512, kSentinelBf16);
+  std::vector<float> lse = std::vector<float>(b * s_q * h_q, kSentinelF32);
+  int64_t block_stride = 0, extra_block_stride = 0;
+
+  DecodeFixture() {
+    block_stride = kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, page, d_qk);
+    extra_block_stride = kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, extra_page, d_qk);
+    cache.assign(block_stride * blocks + 16, 0);
+    extra_cache.assign(extra_block_stride * extra_blocks + 16, 0);
+  }
+
+  static const void* aligned(const std::vector<uint8_t>& v) {
+    auto p = reinterpret_cast<uintptr_t>(v.data());
+    return reinterpret_cast<const void*>((p + 15) / 16 * 16);
+  }
+
+  SparseDecodeArgs args() {
+    SparseDecodeArgs a;
+    a.q = TensorView::contiguous(q.data(), DType::kBFloat16, {b, s_q, h_q, d_qk});
+    a.kv_cache = KvCacheView{aligned(cache), KvCacheFormat::kV4Fp8, blocks, page, block_stride,
+                             static_cast<int>(d_qk), Device::cpu()};
+    a.indices = TensorView::contiguous(indices.data(), DType::kInt32, {b, s_q, topk});
+    a.topk_length = TensorView::contiguous(lengths.data(), DType::kInt32, {b});
+    a.attn_sink = TensorView::contiguous(sink.data(), DType::kFloat32, {h_q});
+    a.extra_kv_cache = KvCacheView{aligned(extra_cache), KvCacheFormat::kV4Fp8, extra_blocks,
+                                   extra_page, extra_block_stride, static_cast<int>(d_qk),
+                                   Device::cpu()};
+    a.extra_indices =
+        TensorView::contiguous(extra_indices.data(), DType::kInt32, {b, s_q, extra_topk});
+    a.extra_topk_length = TensorView::contiguous(extra_lengths.data(), DType::kInt32, {b, s_q});
+    a.out = TensorView::contiguous(out.data(), DType::kBFloat16, {b, s_q, h_q, 512});
+    a.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {b, s_q, h_q});
+    return a;
+  }
+
+  bool outputs_untouched() const {
+    for (uint16_t v : out)
+      if (v != kSentinelBf16) return false;
+    for (float v : lse)
+      if (v != kSentinelF32) return false;
+    return true;
+  }
+};
+
+struct DecodeCase {
+  const char* name;
+  std::function<void(SparseDecodeArgs&)> mutate;
+  const char* expected;
+};
+
+class DecodeValidation : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(DecodeValidation, RejectsWithClearMessageAndLeavesOutputs) {
+  DecodeFixture f;
+  SparseDecodeArgs good = f.args();
+  SparseDecodeArgs bad = good;
+  GetParam().mutate(bad);
+  for (Backend backend : {Backend::kCpu, Backend::kReference}) {
+    RunOptions options;
+    options.backend = backend;
+    SparseDecodeProblem problem;
+    ASSERT_TRUE(describe_sparse_decode(good, &problem).ok());
+    DecodePlan plan;
+    Status planned = plan_sparse_decode(problem, &plan, options);
+    ASSERT_TRUE(planned.ok()) << planned.message();
+    std::vector<uint8_t> workspace(plan.workspace_bytes + 1);
+    Status s = sparse_decode(bad, plan, workspace.data(), workspace.size(),
+                             DecodeSchedule::kBuild, options);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find(GetParam().expected), std::string::npos)
+        << "message: " << s.message() << "\nexpected to contain: " << GetParam().expected;
+    EXPECT_TRUE(f.outputs_untouched());
+    SparseDecodeProblem ignored;
+    EXPECT_FALSE(describe_sparse_decode(bad, &ignored).ok());
+  }
+}
+
+std::vector<DecodeCase> decode_cases() {
+  return {
+      {"q_rank", [](auto& a) { a.q.rank = 3; }, "q must have rank 4"},
+      {"h_q_zero", [](auto& a) { a.q.sizes[2] = 0; }, "q.sizes[2] (h_q) = 0 is out of range"},
+      {"h_q_200", [](auto& a) { a.q.sizes[2] = 200; }, "q.sizes[2] (h_q) = 200 is out of range"},
+      {"d_qk_128", [](auto& a) { a.q.sizes[3] = 128; }, "q.sizes[3] (d_qk) = 128"},
+      {"s_q_zero", [](auto& a) { a.q.sizes[1] = 0; }, "q.sizes[1] (s_q) = 0 must be >= 1"},
+      {"cache_null", [](auto& a) { a.kv_cache.data = nullptr; }, "kv_cache.data is null"},
+      {"cache_blocks", [](auto& a) { a.kv_cache.num_blocks = 0; }, "kv_cache.num_blocks = 0"},
+      {"cache_page", [](auto& a) { a.kv_cache.page_block_size = -3; },
+       "kv_cache.page_block_size = -3"},
+      {"cache_stride_small", [](auto& a) { a.kv_cache.block_stride_bytes -= 576; },
+       "kv_cache.block_stride_bytes = 2880 is smaller than the minimum 3456"},
+      {"cache_stride_alignment", [](auto& a) { a.kv_cache.block_stride_bytes += 16; },
+       "is not a multiple of 576"},
+      {"cache_format_d_qk", [](auto& a) { a.kv_cache.format = KvCacheFormat::kV32Fp8; },
+       "kv_cache.d_qk = 512 does not match format v32_fp8"},
+      {"cache_misaligned",
+       [](auto& a) { a.kv_cache.data = static_cast<const char*>(a.kv_cache.data) + 8; },
+       "must be 16-byte aligned"},
+      {"indices_b", [](auto& a) { a.indices.sizes[0] = 3; }, "indices.sizes[0] (b) = 3, expected 2"},
+      {"indices_dtype", [](auto& a) { a.indices.dtype = DType::kUInt8; }, "indices must be int32"},
+      {"topk_length_shape", [](auto& a) { a.topk_length->sizes[0] = 1; },
+       "topk_length.sizes[0] (b) = 1, expected 2"},
+      {"topk_length_rank3", [](auto& a) { a.topk_length->rank = 3; },
+       "topk_length must have shape [b] or [b, s_q]"},
+      {"extra_indices_missing", [](auto& a) { a.extra_indices.reset(); },
+       "extra_kv_cache is given without extra_indices"},
+      {"extra_cache_missing", [](auto& a) { a.extra_kv_cache.reset(); },
+       "extra_indices is given without extra_kv_cache"},
+      {"extra_format", [](auto& a) { a.extra_kv_cache->format = KvCacheFormat::kBf16; },
+       "extra_kv_cache.format = bf16 differs from kv_cache.format = v4_fp8"},
+      {"extra_lengths_shape", [](auto& a) { a.extra_topk_length->sizes[1] = 3; },
+       "extra_topk_length.sizes[1] (s_q) = 3, expected 2"},
+      {"extra_indices_s_q", [](auto& a) { a.extra_indices->sizes[1] = 1; },
+       "extra_indices.sizes[1] (s_q) = 1, expected 2"},
+      {"scale_inf", [](auto& a) { a.softmax_scale = std::numeric_limits<float>::infinity(); },
+       "softmax_scale = inf must be finite"},
+      {"sink_shape", [](auto& a) { a.attn_sink->sizes[0] = 16; },
+       "attn_sink.sizes[0] (h_q) = 16, expected 8"},
+      {"out_shape", [](auto& a) { a.out.sizes[2] = 4; }, "out.sizes[2] (h_q) = 4, expected 8"},
+      {"lse_rank", [](auto& a) { a.lse.rank = 2; }, "lse must have rank 3"},
+      {"lse_null", [](auto& a) { a.lse.data = nullptr; }, "lse.data is null"},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(AllPaths, DecodeValidation, ::testing::ValuesIn(decode_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(DecodeValidation, ArgumentsMustMatchThePlan) {
+  DecodeFixture f;
+  SparseDecodeArgs a = f.args();
+  SparseDecodeProblem problem;
+  ASSERT_TRUE(describe_sparse_decode(a, &problem).ok());
+  DecodePlan plan;
+  RunOptions options;
+  options.backend = Backend::kCpu;
+  ASSERT_TRUE(plan_sparse_decode(problem, &plan, options).ok());
+  a.attn_sink.reset();
+  std::vector<uint8_t> workspace(plan.workspace_bytes + 1);
+  Status s = sparse_decode(a, plan, workspace.data(), workspace.size(), DecodeSchedule::kBuild,
+                           options);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("do not match the plan: presence of attn_sink"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(f.outputs_untouched());
+}
+
+TEST(DecodeValidation, PlanForCudaWithoutDeviceIsRefused) {
+  DecodeFixture f;
+  SparseDecodeProblem problem;
+  ASSERT_TRUE(describe_sparse_decode(f.args(), &problem).ok());
+  DecodePlan plan;
+  RunOptions options;
+  options.backend = Backend::kCuda;
+  Status s = plan_sparse_decode(problem, &plan, options);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("cannot run on tensors on cpu"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace sparse_mla
