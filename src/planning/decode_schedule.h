@@ -11,6 +11,8 @@
 //   (sum_q (blocks(q) + kQueryOverheadBlocks)) / num_parts
 // blocks of work, splitting a query across parts where a part's share ends inside it
 // (FlashMLA's get_decoding_sched_meta, generalised from requests to queries).
+// decode_schedule_builder.h states the exact rule (position on a cost line, so the device computes
+// it with prefix sums instead of a serial walk) and piece_partial_slot(), the slot of a piece.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +36,7 @@ struct alignas(32) DecodePartSchedule {
   int32_t end_query;     // last query of the part, inclusive; end_query < begin_query = empty part
   int32_t end_block;     // one past the last block of end_query to process
   int32_t begin_split;   // partial-result slot of begin_query's piece when it is split
+                         // (split_offsets[begin_query] + piece index), -1 when it is not
   int32_t first_is_split;  // 1 if begin_query is shared with an earlier part
   int32_t last_is_split;   // 1 if end_query is shared with a later part
   int32_t reserved;
