@@ -1,0 +1,20 @@
+// Device-side decode planning: one launch that reads the device-resident topk lengths and writes
+// the split schedule (parts + split_offsets, see planning/decode_workspace.h) into the caller's
+// workspace. No host synchronisation and no allocation, so it can be captured in a CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/params.h"
+#include "sparse_mla/status.h"
+
+namespace sparse_mla::cuda {
+
+// Builds the schedule of `p` (b*s_q queries; main list plus, with p.has_extra, the extra list;
+// lengths per request [b] or per token [b, s_q], clamped to [0, topk]) for `num_parts` parts of
+// `block_tokens`-slot blocks. `workspace` is laid out by decode_workspace_layout(b*s_q, num_parts,
+// h_q, d_v); only its parts and split_offsets regions are written.
+Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int block_tokens,
+                             void* workspace, cudaStream_t stream);
+
+}  // namespace sparse_mla::cuda
