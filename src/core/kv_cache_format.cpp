@@ -1,10 +1,10 @@
 // The KV-cache format traits table (SPEC §4) and the helpers derived from it.
 // Every format is one row of kFormats; nothing else in this file names a format, so a new format
 // (DeepSeek V4.1's v41_fp8 / v41_fp4) is a new enum value plus a new row.
+#include "sparse_mla/kv_cache_format.h"
+
 #include <array>
 #include <limits>
-
-#include "sparse_mla/kv_cache_format.h"
 
 namespace sparse_mla {
 namespace {
@@ -30,7 +30,7 @@ constexpr std::array<KvCacheFormatInfo, 3> kFormats = {{
 // callers that validate against it reject the cache instead of reading memory.
 constexpr KvCacheFormatInfo kUnknownFormat = {
     static_cast<KvCacheFormat>(-1), "unknown", 0, 0, 0, 0, 0, ScaleEncoding::kNone,
-    PageLayout::kTokenRows, 0, 0, 0, 0, 1};
+    PageLayout::kTokenRows,         0,         0, 0, 0, 1};
 
 }  // namespace
 

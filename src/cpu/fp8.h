@@ -144,7 +144,7 @@ struct KvTokenLayout {
     scale_encoding = info.scale_encoding;
     scale_bytes = info.scale_encoding == ScaleEncoding::kFloat32 ? 4
                   : info.scale_encoding == ScaleEncoding::kUe8m0 ? 1
-                                                                  : 0;
+                                                                 : 0;
     data_row_bytes = info.data_row_bytes != 0 ? info.data_row_bytes : 2 * int64_t{d_qk};
     tail_offset = info.rope_offset;
     if (info.page_layout == PageLayout::kBlockSplit576) {
@@ -184,33 +184,31 @@ class KvTokenReader {
   // row: [d_qk] fp32. Quantized dims are e4m3 * scale in fp32; the tail is bf16 widened.
   void read(int64_t slot, float* row) const {
     const uint8_t* data = data_ + layout_.data_offset(slot);
-    if (layout_.num_scales > 0) {
-      // At most 16 scales per token in any planned format (v41_fp8: 512 / 32).
-      float scales[kMaxScales];
-      decode_scales(data_ + layout_.scale_byte_offset(slot), scales);
-      for (int tile = 0; tile < layout_.num_scales; ++tile) {
-        const uint8_t* q = data + tile * layout_.tile_size;
-        float* out = row + tile * layout_.tile_size;
-        const float s = scales[tile];
-        for (int i = 0; i < layout_.tile_size; ++i) out[i] = kE4m3ToFloat[q[i]] * s;
-      }
+    const uint8_t* scales = data_ + layout_.scale_byte_offset(slot);
+    for (int tile = 0; tile < layout_.num_scales; ++tile) {
+      const uint8_t* q = data + tile * layout_.tile_size;
+      float* out = row + tile * layout_.tile_size;
+      const float s = scale(scales, tile);
+      for (int i = 0; i < layout_.tile_size; ++i) out[i] = kE4m3ToFloat[q[i]] * s;
     }
-    uint16_t tail_bits[kMaxDqk];
-    std::memcpy(tail_bits, data + layout_.tail_offset, sizeof(uint16_t) * layout_.tail_dims);
-    float* tail = row + layout_.quantized_dims;
-    for (int i = 0; i < layout_.tail_dims; ++i) tail[i] = bf16_to_float_inline(tail_bits[i]);
+    const uint8_t* tail = data + layout_.tail_offset;
+    float* out = row + layout_.quantized_dims;
+    for (int i = 0; i < layout_.tail_dims; ++i) {
+      uint16_t bits;
+      std::memcpy(&bits, tail + 2 * i, 2);  // rows need not be 2-byte aligned (odd v32 strides)
+      out[i] = bf16_to_float_inline(bits);
+    }
   }
 
-  static constexpr int kMaxScales = 16;
-  static constexpr int kMaxDqk = 576;
-
  private:
-  void decode_scales(const uint8_t* p, float* scales) const {
+  // Scale `tile` of a token whose scales start at p (fp32 possibly unaligned, or ue8m0).
+  float scale(const uint8_t* p, int tile) const {
     if (layout_.scale_encoding == ScaleEncoding::kFloat32) {
-      std::memcpy(scales, p, sizeof(float) * layout_.num_scales);
-    } else {
-      for (int i = 0; i < layout_.num_scales; ++i) scales[i] = ue8m0_to_float_inline(p[i]);
+      float s;
+      std::memcpy(&s, p + 4 * tile, 4);
+      return s;
     }
+    return ue8m0_to_float_inline(p[tile]);
   }
 
   const uint8_t* data_;

@@ -34,8 +34,8 @@ Status validate_cache(const char* fn, const KvCacheView& cache) {
                             " is not a known KV-cache format");
   }
   const KvCacheFormatInfo& info = kv_cache_format_info(cache.format);
-  const bool d_qk_ok = info.d_qk != 0 ? cache.d_qk == info.d_qk
-                                      : (cache.d_qk == 512 || cache.d_qk == 576);
+  const bool d_qk_ok =
+      info.d_qk != 0 ? cache.d_qk == info.d_qk : (cache.d_qk == 512 || cache.d_qk == 576);
   if (!d_qk_ok) {
     return invalid_argument(prefix + "d_qk = " + str(cache.d_qk) + " does not fit format " +
                             std::string(info.name) + " (needs " +
@@ -58,8 +58,8 @@ Status validate_cache(const char* fn, const KvCacheView& cache) {
   }
   if (cache.block_stride_bytes % info.block_alignment != 0) {
     return invalid_argument(prefix + "block_stride_bytes = " + str(cache.block_stride_bytes) +
-                            " is not a multiple of " + str(info.block_alignment) + " (required by " +
-                            std::string(info.name) + ")");
+                            " is not a multiple of " + str(info.block_alignment) +
+                            " (required by " + std::string(info.name) + ")");
   }
   if (cache.num_blocks > 0 &&
       cache.block_stride_bytes > std::numeric_limits<int64_t>::max() / cache.num_blocks) {
@@ -120,8 +120,8 @@ detail::KvCacheParams to_params(const KvCacheView& cache) {
 
 // Writes one token's parts at `slot`: e4m3 [quantized_dims], raw scale bytes
 // [num_scales * scale_bytes], tail [tail_dims] bf16 bits. Zeroes the scale row's padding.
-void write_token(const cpu::KvTokenLayout& layout, uint8_t* base, int64_t slot,
-                 const uint8_t* e4m3, const uint8_t* scale_bytes, const uint16_t* tail) {
+void write_token(const cpu::KvTokenLayout& layout, uint8_t* base, int64_t slot, const uint8_t* e4m3,
+                 const uint8_t* scale_bytes, const uint16_t* tail) {
   uint8_t* data = base + layout.data_offset(slot);
   if (layout.quantized_dims > 0) std::memcpy(data, e4m3, layout.quantized_dims);
   std::memcpy(data + layout.tail_offset, tail, sizeof(uint16_t) * layout.tail_dims);
@@ -145,8 +145,8 @@ void quantize_row(const cpu::KvTokenLayout& layout, const uint16_t* row, uint8_t
       has_nan |= std::isnan(a);
       amax = std::fmax(amax, a);
     }
-    const float s = cpu::quantizer_tile_scale(
-        has_nan ? std::numeric_limits<float>::quiet_NaN() : amax);
+    const float s =
+        cpu::quantizer_tile_scale(has_nan ? std::numeric_limits<float>::quiet_NaN() : amax);
     for (int i = 0; i < layout.tile_size; ++i) {
       e4m3[tile * layout.tile_size + i] =
           cpu::float_to_e4m3_inline(cpu::bf16_to_float_inline(x[i]) / s);
@@ -180,8 +180,8 @@ Status quantize_kv_cache(const TensorView& kv_bf16, const KvCacheView& cache) {
     for (int64_t t = 0; t < cache.page_block_size; ++t) {
       const uint16_t* row = row_ptr(kv_bf16, block, t);
       quantize_row(layout, row, e4m3.data(), scale_bytes.data());
-      write_token(layout, base, block * cache.page_block_size + t, e4m3.data(),
-                  scale_bytes.data(), row + layout.quantized_dims);
+      write_token(layout, base, block * cache.page_block_size + t, e4m3.data(), scale_bytes.data(),
+                  row + layout.quantized_dims);
     }
   }
   return {};
@@ -224,7 +224,8 @@ Status pack_kv_token(const KvCacheView& cache, int64_t slot, const uint8_t* e4m3
   const std::string fmt(kv_cache_format_name(cache.format));
   if (rope == nullptr) return invalid_argument("pack_kv_token: rope is null");
   if (layout.quantized_dims > 0) {
-    if (e4m3 == nullptr) return invalid_argument("pack_kv_token: e4m3 is null (format " + fmt + ")");
+    if (e4m3 == nullptr)
+      return invalid_argument("pack_kv_token: e4m3 is null (format " + fmt + ")");
     if (scales == nullptr) {
       return invalid_argument("pack_kv_token: scales is null (format " + fmt + ")");
     }

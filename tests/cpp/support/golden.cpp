@@ -5,9 +5,8 @@
 
 #include <fstream>
 #include <iterator>
-#include <stdexcept>
-
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 namespace sparse_mla::test_support {
 namespace {
@@ -44,8 +43,7 @@ std::vector<uint8_t> read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-GoldenTensor parse_tensor(const std::string& case_name, const std::string& key,
-                          const json& entry) {
+GoldenTensor parse_tensor(const std::string& case_name, const std::string& key, const json& entry) {
   const std::string where = case_name + "." + key;
   GoldenTensor t;
   t.name = key;
@@ -184,8 +182,9 @@ KvCacheView GoldenCase::cache(std::string_view tensor_name) const {
 }
 
 std::vector<std::string> golden_case_names() {
+  const json manifest = read_manifest();
   std::vector<std::string> names;
-  for (const auto& [key, value] : read_manifest().at("cases").items()) names.push_back(key);
+  for (const auto& [key, value] : manifest.at("cases").items()) names.push_back(key);
   return names;
 }
 

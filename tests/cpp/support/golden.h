@@ -22,13 +22,13 @@ namespace sparse_mla::test_support {
 std::string golden_dir();
 
 struct GoldenTensor {
-  std::string name;              // manifest key: "q", "kv_cache", "lse_b_h_sq", ...
-  std::string file;              // file name inside golden_dir()
+  std::string name;  // manifest key: "q", "kv_cache", "lse_b_h_sq", ...
+  std::string file;  // file name inside golden_dir()
   DType dtype = DType::kUInt8;
   std::vector<int64_t> shape;
-  std::vector<int64_t> strides;  // elements; row-major unless the manifest gives strides
+  std::vector<int64_t> strides;    // elements; row-major unless the manifest gives strides
   int64_t block_stride_bytes = 0;  // caches only (0 otherwise)
-  std::vector<uint8_t> bytes;    // the file's contents
+  std::vector<uint8_t> bytes;      // the file's contents
 
   int64_t numel() const;
   // The raw contents as elements of T; throws std::runtime_error if sizeof(T) != dtype size.
