@@ -62,8 +62,8 @@ SMLA_HOST_DEVICE inline bool query_opens_first_part(int32_t query, int64_t cost_
 // True when no later query has a piece in q's last part. `next_blocks` = blocks(q+1) (ignored for
 // the last query).
 SMLA_HOST_DEVICE inline bool query_closes_last_part(int32_t query, int32_t num_queries,
-                                                    const QueryPieces& pieces,
-                                                    int32_t next_blocks, int64_t units) {
+                                                    const QueryPieces& pieces, int32_t next_blocks,
+                                                    int64_t units) {
   if (query == num_queries - 1) return true;
   QueryPieces next = query_pieces(pieces.block0_position + pieces.blocks, next_blocks, units);
   return next.first_part > pieces.last_part;
@@ -96,9 +96,8 @@ SMLA_HOST_DEVICE inline void write_query_parts(int32_t query, const QueryPieces&
     DecodePartSchedule& part = parts[p];
     if (p > pieces.first_part || opens_first_part) {
       part.begin_query = query;
-      part.begin_block = p == pieces.first_part
-                             ? 0
-                             : static_cast<int32_t>(p * units - pieces.block0_position);
+      part.begin_block =
+          p == pieces.first_part ? 0 : static_cast<int32_t>(p * units - pieces.block0_position);
       part.first_is_split = p > pieces.first_part;
       part.begin_split = split ? split_offset + (p - pieces.first_part) : -1;
     }

@@ -58,8 +58,8 @@ struct DecodeWorkspace {
   float* partial_out;         // [max_partials, h_q, d_v]
 };
 
-SMLA_HOST_DEVICE inline DecodeWorkspace carve_decode_workspace(void* base,
-                                                               const DecodeWorkspaceLayout& layout) {
+SMLA_HOST_DEVICE inline DecodeWorkspace carve_decode_workspace(
+    void* base, const DecodeWorkspaceLayout& layout) {
   auto* bytes = static_cast<uint8_t*>(base);
   return {reinterpret_cast<DecodePartSchedule*>(bytes + layout.parts_offset),
           reinterpret_cast<int32_t*>(bytes + layout.split_offsets_offset),

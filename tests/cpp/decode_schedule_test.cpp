@@ -2,6 +2,8 @@
 // workspace layout: every block of every query processed exactly once, partial-result slots
 // consistent with split_offsets, at most max_partials slots, and every part's cost within
 // ceil(total / num_parts) + kQueryOverheadBlocks, for random lengths (zeros included).
+#include "planning/decode_schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "planning/decode_schedule.h"
 #include "planning/decode_schedule_builder.h"
 #include "planning/decode_workspace.h"
 
@@ -113,11 +114,16 @@ std::vector<int32_t> random_blocks(std::mt19937& rng, int64_t b, int64_t s_q, bo
   const int64_t extra_topk = std::uniform_int_distribution<int64_t>(1, 1024)(rng);
   auto length = [&](int64_t topk_of_list) {
     switch (std::uniform_int_distribution<int>(0, 5)(rng)) {
-      case 0: return int64_t{0};
-      case 1: return int64_t{1};
-      case 2: return topk_of_list;
-      case 3: return std::uniform_int_distribution<int64_t>(-5, topk_of_list + 100)(rng);
-      default: return std::uniform_int_distribution<int64_t>(0, topk_of_list)(rng);
+      case 0:
+        return int64_t{0};
+      case 1:
+        return int64_t{1};
+      case 2:
+        return topk_of_list;
+      case 3:
+        return std::uniform_int_distribution<int64_t>(-5, topk_of_list + 100)(rng);
+      default:
+        return std::uniform_int_distribution<int64_t>(0, topk_of_list)(rng);
     }
   };
   auto clamp = [](int64_t n, int64_t topk_of_list) {

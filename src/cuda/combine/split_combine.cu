@@ -30,9 +30,9 @@ struct CombineArgs {
   const float* partial_out;      // [max_partials, h_q, kDv] fp32
   const float* attn_sink;        // [h_q] or nullptr
   int64_t attn_sink_stride;
-  uint16_t* out;                 // [b, s_q, h_q, kDv] bf16 bits
+  uint16_t* out;  // [b, s_q, h_q, kDv] bf16 bits
   int64_t out_stride_b, out_stride_s, out_stride_h;
-  float* lse;                    // [b, s_q, h_q] fp32, natural log
+  float* lse;  // [b, s_q, h_q] fp32, natural log
   int64_t lse_stride_b, lse_stride_s, lse_stride_h;
   int64_t s_q;
   int32_t h_q;
@@ -106,8 +106,8 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
   // sink -inf: factor 1; +inf (or far above lse): factor 0.
   float sink_factor = 1.0f;
   if (a.attn_sink != nullptr) {
-    sink_factor = 1.0f / (1.0f + exp2f(a.attn_sink[head * a.attn_sink_stride] * kLog2e -
-                                       global_lse));
+    sink_factor =
+        1.0f / (1.0f + exp2f(a.attn_sink[head * a.attn_sink_stride] * kLog2e - global_lse));
   }
 
   const float* out_of_split =

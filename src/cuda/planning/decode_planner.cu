@@ -37,8 +37,8 @@ struct PlannerArgs {
 __device__ int64_t clamped_length(const detail::IndexListParams& list, int64_t b_idx,
                                   int64_t s_idx) {
   if (list.topk_length == nullptr) return list.topk;
-  int64_t n = list.topk_length[b_idx * list.topk_length_stride_b +
-                               s_idx * list.topk_length_stride_s];
+  int64_t n =
+      list.topk_length[b_idx * list.topk_length_stride_b + s_idx * list.topk_length_stride_s];
   return n < 0 ? 0 : (n > list.topk ? list.topk : n);
 }
 
@@ -101,9 +101,8 @@ __global__ void __launch_bounds__(kPlannerThreads) decode_planner_kernel(Planner
     const int32_t blocks = active ? blocks_of(a, q) : 0;
     int64_t chunk_cost;
     const int64_t cost_begin =
-        cost_carry +
-        block_exclusive_scan(active ? planning::query_cost(blocks) : int64_t{0}, &chunk_cost,
-                             cost_sums);
+        cost_carry + block_exclusive_scan(active ? planning::query_cost(blocks) : int64_t{0},
+                                          &chunk_cost, cost_sums);
     const planning::QueryPieces pieces = planning::query_pieces(cost_begin, blocks, units);
     const int32_t split_count = active ? pieces.split_count() : 0;
     int32_t chunk_splits;
@@ -128,9 +127,9 @@ Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int b
                              void* workspace, cudaStream_t stream) {
   const int64_t num_queries = p.problem.b * p.problem.s_q;
   if (num_parts < 1 || block_tokens < 1) {
-    return {StatusCode::kInternal, "launch_decode_planner: num_parts = " +
-                                       std::to_string(num_parts) + ", block_tokens = " +
-                                       std::to_string(block_tokens) + " must be >= 1"};
+    return {StatusCode::kInternal,
+            "launch_decode_planner: num_parts = " + std::to_string(num_parts) +
+                ", block_tokens = " + std::to_string(block_tokens) + " must be >= 1"};
   }
   if (num_queries > INT32_MAX - 1) {
     return unsupported("sparse_decode planner: b * s_q = " + std::to_string(num_queries) +

@@ -93,8 +93,7 @@ Status cuda_device_info_impl(int index, DeviceInfo* info) {
   info->l2_bytes = prop.l2CacheSize;
   int sm_khz = 0, memory_khz = 0, bus_bits = 0;
   SMLA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, index));
-  SMLA_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, index));
+  SMLA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, index));
   SMLA_CUDA_RETURN_IF_ERROR(
       cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, index));
   info->max_sm_clock_mhz = sm_khz / 1000;
@@ -130,8 +129,7 @@ Status cuda_copy_impl(void* dst, Device dst_device, const void* src, Device src_
                       size_t bytes) {
   DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(dst_device.is_cuda() ? dst_device.index : src_device.index));
-  SMLA_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy));
+  SMLA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy));
   SMLA_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(cudaStreamLegacy));
   return {};
 }
