@@ -44,6 +44,8 @@ struct DecodeRecipe {
   int64_t extra_topk = 64;
   int64_t extra_page_block_size = 2;
   int64_t extra_num_blocks = 0;
+  bool extra_topk_length = true;  // only with extra_cache
+  bool extra_topk_length_per_token = false;
   bool padded_strides = true;     // q/indices/outputs padded, block stride padded
   bool invalid_indices = true;
   bool empty_queries = true;
@@ -117,5 +119,8 @@ struct DecodeOutputs {
 };
 void allocate_outputs(const SparsePrefillProblem& p, PrefillOutputs* out);  // filled with NaN
 void allocate_outputs(const SparseDecodeProblem& p, DecodeOutputs* out);    // filled with NaN
+// The same with padded (non-contiguous) views when `padded`; padding elements are NaN too.
+void allocate_outputs(const SparsePrefillProblem& p, PrefillOutputs* out, bool padded);
+void allocate_outputs(const SparseDecodeProblem& p, DecodeOutputs* out, bool padded);
 
 }  // namespace sparse_mla::verify
