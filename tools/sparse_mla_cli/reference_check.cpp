@@ -1,0 +1,145 @@
+// Reference verification of prefill and decode outputs, whole or on an evenly spaced subset of
+// queries (reference_check.h). The subset is a strided view of the case's own inputs, so the
+// reference reads exactly the bytes the back end read.
+#include "reference_check.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "verify/compare.h"
+
+namespace sparse_mla::cli {
+
+namespace {
+
+// Every `stride`-th entry of dimension 0, from the first.
+TensorView every_nth(TensorView v, int64_t stride) {
+  v.sizes[0] = (v.sizes[0] + stride - 1) / stride;
+  v.strides[0] *= stride;
+  return v;
+}
+
+std::optional<TensorView> every_nth(const std::optional<TensorView>& v, int64_t stride) {
+  if (!v) return std::nullopt;
+  return every_nth(*v, stride);
+}
+
+// Rows i*stride of a contiguous [count, row] tensor.
+template <typename T>
+std::vector<T> pick_rows(const std::vector<T>& all, int64_t row, int64_t stride, int64_t picked) {
+  std::vector<T> rows;
+  rows.reserve(static_cast<size_t>(row * picked));
+  for (int64_t i = 0; i < picked; ++i) {
+    auto begin = all.begin() + i * stride * row;
+    rows.insert(rows.end(), begin, begin + row);
+  }
+  return rows;
+}
+
+void merge(const verify::CompareResult& r, bool is_out, VerifyResult* result) {
+  if (is_out) {
+    result->out_max_abs_err = r.max_abs_err;
+    result->out_cos_diff = r.cos_diff;
+  }
+  if (!r.ok && result->ok) {
+    result->ok = false;
+    result->message = r.message;
+  }
+}
+
+std::string summary(const VerifyResult& r) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "out max abs err %.3g, cos diff %.3g", r.out_max_abs_err,
+                r.out_cos_diff);
+  return buf;
+}
+
+}  // namespace
+
+int64_t subset_stride(int64_t count, double total_flop, double budget_flop) {
+  if (count <= 1 || total_flop <= budget_flop || budget_flop <= 0) return 1;
+  const double per_query = total_flop / static_cast<double>(count);
+  const int64_t affordable = std::max<int64_t>(1, static_cast<int64_t>(budget_flop / per_query));
+  // Picking every stride-th of count entries checks ceil(count / stride) of them.
+  return std::min<int64_t>(count, (count + affordable - 1) / affordable);
+}
+
+Status verify_prefill(const verify::PrefillCase& c, const verify::PrefillOutputs& got,
+                      int64_t stride, VerifyResult* result) {
+  *result = VerifyResult{};
+  result->unit = "tokens";
+  result->total = c.problem.s_q;
+  SparsePrefillProblem sub = c.problem;
+  sub.s_q = (c.problem.s_q + stride - 1) / stride;
+  result->checked = sub.s_q;
+
+  verify::PrefillOutputs expected;
+  verify::allocate_outputs(sub, &expected);
+  SparsePrefillArgs args = c.args(expected.out_view, expected.max_logits_view, expected.lse_view);
+  args.q = every_nth(args.q, stride);
+  args.indices = every_nth(args.indices, stride);
+  args.topk_length = every_nth(args.topk_length, stride);
+  RunOptions reference;
+  reference.backend = Backend::kReference;
+  SMLA_RETURN_IF_ERROR(sparse_prefill(args, reference));
+
+  const int64_t h_q = c.problem.h_q, d_v = c.problem.d_v;
+  result->ok = true;
+  merge(verify::compare_bf16("out", pick_rows(got.out, h_q * d_v, stride, sub.s_q), expected.out,
+                             verify::kPrefillOut),
+        true, result);
+  merge(verify::compare("max_logits", pick_rows(got.max_logits, h_q, stride, sub.s_q),
+                        expected.max_logits, verify::kPrefillStats),
+        false, result);
+  merge(verify::compare("lse", pick_rows(got.lse, h_q, stride, sub.s_q), expected.lse,
+                        verify::kPrefillStats),
+        false, result);
+  if (result->ok) result->message = summary(*result);
+  return {};
+}
+
+Status verify_decode(const verify::DecodeCase& c, const verify::DecodeOutputs& got,
+                     int64_t stride, VerifyResult* result) {
+  *result = VerifyResult{};
+  result->unit = "requests";
+  result->total = c.problem.b;
+  const int64_t picked = (c.problem.b + stride - 1) / stride;
+  result->checked = picked;
+
+  SparseDecodeProblem shape = c.problem;
+  shape.b = picked;
+  verify::DecodeOutputs expected;
+  verify::allocate_outputs(shape, &expected);
+  SparseDecodeArgs args = c.args(expected.out_view, expected.lse_view);
+  args.q = every_nth(args.q, stride);
+  args.indices = every_nth(args.indices, stride);
+  args.topk_length = every_nth(args.topk_length, stride);
+  args.extra_indices = every_nth(args.extra_indices, stride);
+  args.extra_topk_length = every_nth(args.extra_topk_length, stride);
+
+  RunOptions reference;
+  reference.backend = Backend::kReference;
+  SparseDecodeProblem problem;
+  SMLA_RETURN_IF_ERROR(describe_sparse_decode(args, &problem));
+  DecodePlan plan;
+  SMLA_RETURN_IF_ERROR(plan_sparse_decode(problem, &plan, reference));
+  Buffer workspace;
+  SMLA_RETURN_IF_ERROR(Buffer::allocate(Device::cpu(), plan.workspace_bytes, &workspace));
+  SMLA_RETURN_IF_ERROR(sparse_decode(args, plan, workspace.data(), workspace.bytes(),
+                                     DecodeSchedule::kBuild, reference));
+
+  const int64_t per_request = c.problem.s_q * c.problem.h_q;
+  result->ok = true;
+  merge(verify::compare_bf16("out", pick_rows(got.out, per_request * c.problem.d_v, stride, picked),
+                             expected.out, verify::kDecodeOut),
+        true, result);
+  merge(verify::compare("lse", pick_rows(got.lse, per_request, stride, picked), expected.lse,
+                        verify::kDecodeLse),
+        false, result);
+  if (result->ok) result->message = summary(*result);
+  return {};
+}
+
+}  // namespace sparse_mla::cli
