@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# The one GPU command (`make gpu-check`): on a machine with a CUDA device, builds Release for the
+# H200 (sm_90a, 16 jobs), runs the GPU tests, compute-sanitizer memcheck + racecheck on a subset,
+# and the benchmark suites; writes logs and JSON to one folder and prints a short table last.
+# Exits non-zero when any step fails.
+#
+#   scripts/gpu_check.sh [OUT_DIR]       OUT_DIR defaults to $OUT, else ./out
+#   scripts/gpu_check.sh --prepare-deps  (on a machine WITH the packages) copy GoogleTest's source
+#                                        and nlohmann_json into .gpu-deps/ for a machine without
+#                                        them and without network (the device image): carry it
+# Files written (7, flat): machine.txt build.log gpu_tests.log sanitizer.log bench.log bench.json
+# summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"), SMLA_SANITIZER_FILTER (gtest
+# filter), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s).
+set -uo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+DEPS_SRC="$ROOT/.gpu-deps"
+
+if [[ ${1:-} == --prepare-deps ]]; then
+  rm -rf "$DEPS_SRC" && mkdir -p "$DEPS_SRC/include" "$DEPS_SRC/share/cmake"
+  cp -r /usr/src/googletest "$DEPS_SRC/googletest"
+  cp -r /usr/include/nlohmann "$DEPS_SRC/include/"
+  cp -r /usr/share/cmake/nlohmann_json "$DEPS_SRC/share/cmake/"
+  grep -qx '/.gpu-deps/' "$ROOT/.git/info/exclude" 2>/dev/null ||
+    echo '/.gpu-deps/' >>"$ROOT/.git/info/exclude"
+  echo "prepared $DEPS_SRC ($(du -sh "$DEPS_SRC" | cut -f1)); carry .gpu-deps to the GPU machine"
+  exit 0
+fi
+
+OUT_DIR=${1:-${OUT:-$ROOT/out}}
+BUILD="$ROOT/build-gpu"
+JOBS=16
+BENCH_SUITES=${SMLA_BENCH_SUITES:-all}
+# Representative sanitizer subset: the planner, the combine, the graph-captured decode step, and a
+# few recipe cases per portable kernel (memcheck runs ~10-50x slower than the plain tests).
+SANITIZER_FILTER=${SMLA_SANITIZER_FILTER:-'DecodePlannerGpu.*:SplitCombineGpu.*:DecodeGraphGpu.*:PortablePrefill*Sanitizer*:PortableDecode*Sanitizer*'}
+BUDGET_S=${SMLA_GPU_CHECK_BUDGET_S:-570}
+START=$(date +%s)
+mkdir -p "$OUT_DIR"
+
+declare -a ROWS=()
+FAILED=0
+# row STEP RESULT SECONDS LOG
+row() { ROWS+=("$(printf '%-12s %-44s %6ss  %s' "$1" "$2" "$3" "$4")"); }
+# Seconds left of the budget minus a reserve for the later steps, at least 30.
+left() {
+  local n=$((BUDGET_S - ($(date +%s) - START) - $1))
+  echo $((n < 30 ? 30 : n))
+}
+finish() {
+  {
+    echo
+    echo "gpu-check: $(head -1 "$OUT_DIR/machine.txt" 2>/dev/null)"
+    printf '%-12s %-44s %7s  %s\n' step result time log
+    printf '%s\n' "${ROWS[@]}"
+    [[ $FAILED == 0 ]] && echo "gpu-check: all steps passed" || echo "gpu-check: FAILED"
+  } | tee "$OUT_DIR/summary.txt"
+  exit $FAILED
+}
+
+# ---- machine: GPU, clocks, driver -------------------------------------------------------------
+{
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu \
+    --format=csv,noheader 2>&1
+  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  nvcc --version 2>&1 | tail -1
+  cmake --version 2>&1 | head -1
+  nvidia-smi -q -d CLOCK 2>&1
+} >"$OUT_DIR/machine.txt"
+
+# ---- build ------------------------------------------------------------------------------------
+t0=$(date +%s)
+{
+  prefix=()
+  if [[ -d $DEPS_SRC/googletest ]]; then  # carried deps (see --prepare-deps)
+    cmake -S "$DEPS_SRC/googletest" -B "$BUILD/_deps/gtest" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DBUILD_GMOCK=OFF -DINSTALL_GTEST=ON -DCMAKE_INSTALL_PREFIX="$BUILD/_deps/install" &&
+      cmake --build "$BUILD/_deps/gtest" -j $JOBS && cmake --install "$BUILD/_deps/gtest" &&
+      prefix=("-DCMAKE_PREFIX_PATH=$BUILD/_deps/install;$DEPS_SRC")
+  fi
+  # CMake 3.25 (seen here) lacks nvcc's C++20 flag; a CMake that knows it ignores this entry.
+  cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMLA_ENABLE_CUDA=ON \
+    -DSMLA_CUDA_ARCHS=90a -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 "${prefix[@]}" &&
+    cmake --build "$BUILD" -j $JOBS
+} >"$OUT_DIR/build.log" 2>&1
+rc=$?
+if [[ $rc != 0 ]]; then
+  FAILED=1
+  row build "FAILED (rc $rc)" $(($(date +%s) - t0)) build.log
+  tail -30 "$OUT_DIR/build.log"
+  finish
+fi
+row build "ok ($(grep -c 'warning' "$OUT_DIR/build.log") warning lines)" $(($(date +%s) - t0)) build.log
+
+# ---- GPU tests --------------------------------------------------------------------------------
+t0=$(date +%s)
+timeout "$(left 200)" ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 8 \
+  --timeout 300 >"$OUT_DIR/gpu_tests.log" 2>&1
+rc=$?
+summary=$(grep -E 'tests passed|No tests were found' "$OUT_DIR/gpu_tests.log" | tail -1)
+skipped=$(grep -c 'Skipped' "$OUT_DIR/gpu_tests.log")
+[[ $rc != 0 ]] && FAILED=1
+row gpu-tests "${summary:-rc $rc} ($skipped skipped)" $(($(date +%s) - t0)) gpu_tests.log
+
+# ---- compute-sanitizer ------------------------------------------------------------------------
+t0=$(date +%s)
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+TESTS="$BUILD/tests/cpp/sparse_mla_gpu_tests"
+: >"$OUT_DIR/sanitizer.log"
+for tool in memcheck racecheck; do
+  echo "==== $tool --gtest_filter=$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log"
+  timeout "$(($(left 120) / 2))" "$SAN" --tool $tool --error-exitcode 99 --print-limit 20 \
+    "$TESTS" --gtest_filter="$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log" 2>&1
+  rc=$?
+  ran=$(awk '/^==== /{n=0} /^\[       OK \]/{n++} END{print n+0}' "$OUT_DIR/sanitizer.log")
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$OUT_DIR/sanitizer.log" | tail -1)
+  [[ $rc != 0 ]] && FAILED=1
+  row $tool "rc $rc, ${errors:-no summary}, $ran tests ok" $(($(date +%s) - t0)) sanitizer.log
+  t0=$(date +%s)
+done
+
+# ---- benchmarks -------------------------------------------------------------------------------
+t0=$(date +%s)
+timeout "$(left 10)" "$BUILD/sparse-mla" bench --backend cuda --suite "$BENCH_SUITES" \
+  --json "$OUT_DIR/bench.json" >"$OUT_DIR/bench.log" 2>&1
+rc=$?
+[[ $rc != 0 ]] && FAILED=1
+cases=$(grep -c '"median_ms"' "$OUT_DIR/bench.json" 2>/dev/null)
+row bench "rc $rc, ${cases:-0} cases, suites $BENCH_SUITES" $(($(date +%s) - t0)) "bench.log bench.json"
+tail -40 "$OUT_DIR/bench.log"
+finish
