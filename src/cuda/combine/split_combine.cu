@@ -75,6 +75,11 @@ __device__ void store_row(uint16_t* row, int lane, const float (&acc)[kFloat4Per
 // Grid (num_queries, ceil(h_q / kHeadsPerCta)); warp w of CTA (q, y) combines head y*8 + w.
 template <bool kVectorStore>
 __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  // Launched as a programmatic dependent of the split kernel (sm_90+): wait until its partial
+  // results are complete and visible. A no-op for an ordinary launch.
+  cudaGridDependencySynchronize();
+#endif
   const int64_t query = blockIdx.x;
   const int32_t begin = a.split_offsets[query];
   const int32_t num_splits = a.split_offsets[query + 1] - begin;
@@ -168,13 +173,27 @@ Status launch_split_combine(const detail::DecodeParams& p, int num_parts, const 
   const bool vector_store = reinterpret_cast<uintptr_t>(p.out) % 8 == 0 &&
                             p.out_stride_b % 4 == 0 && p.out_stride_s % 4 == 0 &&
                             p.out_stride_h % 4 == 0;
-  const dim3 grid(static_cast<unsigned>(num_queries),
-                  static_cast<unsigned>((p.problem.h_q + kHeadsPerCta - 1) / kHeadsPerCta));
-  if (vector_store) {
-    split_combine_kernel<true><<<grid, kThreads, 0, stream>>>(args);
-  } else {
-    split_combine_kernel<false><<<grid, kThreads, 0, stream>>>(args);
-  }
+  // Programmatic dependent launch on sm_90+: the combine's launch overlaps the split kernel's
+  // tail instead of waiting for it to drain (FlashMLA does the same); the kernel's
+  // cudaGridDependencySynchronize() keeps the data dependency.
+  int device = 0, cc_major = 0;
+  SMLA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  SMLA_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(num_queries),
+                        static_cast<unsigned>((p.problem.h_q + kHeadsPerCta - 1) / kHeadsPerCta));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = cc_major >= 9 ? 1 : 0;
+  SMLA_CUDA_RETURN_IF_ERROR(vector_store
+                                ? cudaLaunchKernelEx(&config, split_combine_kernel<true>, args)
+                                : cudaLaunchKernelEx(&config, split_combine_kernel<false>, args));
   return check_last_launch("split_combine_kernel");
 }
 
