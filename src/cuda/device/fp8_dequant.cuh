@@ -1,0 +1,41 @@
+// FP8 (e4m3fn) and ue8m0 decoding for the decode kernels' shared-memory dequantisation pass.
+// Exact: e4m3 -> f16 (exact) -> fp32 (exact), times the fp32 scale in fp32 (one rounding, the
+// reference's own), then round-to-nearest-even to bf16 for the MMA. The scale is never rounded
+// to bf16 first (SPEC §4: any finite fp32 scale of v32_fp8 is applied as is).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "cuda/device/ptx/mma.cuh"
+
+namespace sparse_mla::cuda {
+
+// ue8m0: 2^(byte - 127); 0 -> 2^-127 (an fp32 subnormal), 0xff -> NaN (as the CPU codec reads it).
+__device__ __forceinline__ float ue8m0_to_float(uint32_t byte) {
+  if (byte == 0) return __uint_as_float(0x00400000u);
+  if (byte == 0xffu) return __uint_as_float(0x7fc00000u);
+  return __uint_as_float(byte << 23);
+}
+
+// Two e4m3 values (low byte = first) times `scale`, rounded to bf16x2 (first in the low half).
+__device__ __forceinline__ uint32_t dequant_e4m3x2(uint32_t pair, float scale) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair),
+                                                   __NV_E4M3);
+  const float2 f = __half22float2(__half2(h));
+  return ptx::pack_bf16x2(f.x * scale, f.y * scale);
+}
+
+// Eight e4m3 values (8 bytes, first value in the lowest byte) -> eight bf16 (16 bytes).
+__device__ __forceinline__ uint4 dequant_e4m3x8(uint2 raw, float scale) {
+  uint4 out;
+  out.x = dequant_e4m3x2(raw.x & 0xffffu, scale);
+  out.y = dequant_e4m3x2(raw.x >> 16, scale);
+  out.z = dequant_e4m3x2(raw.y & 0xffffu, scale);
+  out.w = dequant_e4m3x2(raw.y >> 16, scale);
+  return out;
+}
+
+}  // namespace sparse_mla::cuda

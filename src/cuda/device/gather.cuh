@@ -1,0 +1,50 @@
+// Row gathers with cp.async for the portable kernels: every thread of the CTA issues 16-B
+// copies of gathered rows, consecutive threads taking consecutive chunks of one row (coalesced
+// 128-B segments). A row whose source is invalid is zero-filled (src_size 0) from an address the
+// caller has already clamped in bounds, so invalid indices are never dereferenced.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device/ptx/cp_async.cuh"
+#include "cuda/device/smem_tile.cuh"
+
+namespace sparse_mla::cuda {
+
+// A row to gather: `ptr` always points at readable memory; `valid` = copy, else zero-fill.
+struct RowSource {
+  const uint8_t* ptr;
+  bool valid;
+};
+
+// kRows rows of kChunks 16-B chunks into a swizzled bf16 tile (smem_tile.cuh layout).
+// row_source(row) -> RowSource.
+template <int kRows, int kChunks, int kThreads, class RowSourceFn>
+__device__ __forceinline__ void gather_rows_swizzled(uint32_t tile, int thread,
+                                                     RowSourceFn row_source) {
+#pragma unroll 4
+  for (int c = thread; c < kRows * kChunks; c += kThreads) {
+    const int row = c / kChunks;
+    const int chunk = c - row * kChunks;
+    const RowSource src = row_source(row);
+    ptx::cp_async_cg_16(tile + tile_chunk_offset<kRows>(row, chunk), src.ptr + 16 * chunk,
+                        src.valid ? 16u : 0u);
+  }
+}
+
+// kRows rows of kChunks 16-B chunks into a linear buffer with a row pitch of kPitch bytes.
+template <int kRows, int kChunks, int kPitch, int kThreads, class RowSourceFn>
+__device__ __forceinline__ void gather_rows_linear(uint32_t buffer, int thread,
+                                                   RowSourceFn row_source) {
+  static_assert(kPitch % 16 == 0 && kPitch >= 16 * kChunks);
+#pragma unroll 4
+  for (int c = thread; c < kRows * kChunks; c += kThreads) {
+    const int row = c / kChunks;
+    const int chunk = c - row * kChunks;
+    const RowSource src = row_source(row);
+    ptx::cp_async_cg_16(buffer + row * kPitch + 16 * chunk, src.ptr + 16 * chunk,
+                        src.valid ? 16u : 0u);
+  }
+}
+
+}  // namespace sparse_mla::cuda

@@ -1,0 +1,42 @@
+// Online-softmax building blocks shared by the portable kernels (cuda-techniques.md §8): scores
+// are kept in the log2 domain (score * sm_scale * log2(e)), the running max starts at -inf and a
+// row that has seen no valid key yet uses 0 in its place, so exp2 never sees inf - inf.
+// Row statistics of an mma.sync C fragment live on the 4 lanes of a quad.
+#pragma once
+
+#include <cmath>
+
+namespace sparse_mla::cuda {
+
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// 2^x, ~2 ulp; exp2(-inf) = 0. Subnormal results flush to 0, which only drops weights < 2^-126.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// The max to subtract: 0 while no valid key has been seen (m = -inf).
+__device__ __forceinline__ float usable_max(float m) { return m == -INFINITY ? 0.0f : m; }
+
+// Output scale of a finished row with running max m (log2 domain) and sum l > 0, with an
+// optional attention sink (natural-log logit; -inf = none, +inf = output 0): 1 / (l + 2^(s*log2e - m)).
+__device__ __forceinline__ float output_scale(float m, float l, const float* sink) {
+  float denominator = l;
+  if (sink != nullptr) denominator += exp2f(*sink * kLog2e - m);
+  return 1.0f / denominator;
+}
+
+}  // namespace sparse_mla::cuda

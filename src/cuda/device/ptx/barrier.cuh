@@ -1,0 +1,12 @@
+// Named CTA barriers (bar.sync id, count): lets the warps that share a group of query rows
+// synchronise without stopping the rest of the CTA. Id 0 is __syncthreads; kernels use 1..15.
+#pragma once
+
+namespace sparse_mla::cuda::ptx {
+
+// count: number of participating threads, a multiple of 32.
+__device__ __forceinline__ void named_barrier_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+}  // namespace sparse_mla::cuda::ptx

@@ -1,0 +1,262 @@
+// The CUDA back end's kernel tables (core/kernel_variant.h): portable sm_80+ sparse prefill and
+// sparse decode (one variant per cache format). Each entry checks the device (compute
+// capability, opt-in shared memory) in `supports`, and `run` picks the head-tile instantiation
+// for h_q. Decode `run` sequences planner (kBuild only) -> split kernel -> combine on one stream,
+// without host synchronisation or allocation.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <span>
+#include <string>
+
+#include "core/kernel_variant.h"
+#include "cuda/combine/launch.h"
+#include "cuda/planning/launch.h"
+#include "cuda/portable/sparse_decode/launch.h"
+#include "cuda/portable/sparse_prefill/launch.h"
+#include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/device_guard.h"
+#include "planning/decode_workspace.h"
+
+namespace sparse_mla::detail {
+namespace {
+
+namespace pp = sparse_mla::cuda::portable_prefill;
+namespace pd = sparse_mla::cuda::portable_decode;
+
+struct DeviceLimits {
+  int cc_major = 0, cc_minor = 0, sm_count = 0, smem_optin = 0;
+};
+
+bool device_limits(const Device& device, DeviceLimits* limits, std::string* why_not) {
+  const int d = device.index;
+  if (cudaDeviceGetAttribute(&limits->cc_major, cudaDevAttrComputeCapabilityMajor, d) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&limits->cc_minor, cudaDevAttrComputeCapabilityMinor, d) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&limits->sm_count, cudaDevAttrMultiProcessorCount, d) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&limits->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    *why_not = "cannot query CUDA device " + std::to_string(d);
+    return false;
+  }
+  return true;
+}
+
+// Common device checks: sm_80+ and enough opt-in shared memory for `smem_bytes`.
+bool device_fits(const Device& device, int smem_bytes, std::string* why_not,
+                 DeviceLimits* out = nullptr) {
+  DeviceLimits limits;
+  if (!device_limits(device, &limits, why_not)) return false;
+  if (limits.cc_major < 8) {
+    *why_not = "needs compute capability 8.0 or newer (mma.sync bf16, cp.async); device " +
+               std::to_string(device.index) + " is " + std::to_string(limits.cc_major) + "." +
+               std::to_string(limits.cc_minor);
+    return false;
+  }
+  if (limits.smem_optin < smem_bytes) {
+    *why_not = "needs " + std::to_string(smem_bytes) + " bytes of shared memory per block; device " +
+               std::to_string(device.index) + " allows " + std::to_string(limits.smem_optin);
+    return false;
+  }
+  if (out != nullptr) *out = limits;
+  return true;
+}
+
+// ---- prefill -------------------------------------------------------------------------------
+
+using PrefillLaunchFn = Status (*)(const PrefillParams&, cudaStream_t);
+struct PrefillEntry {
+  int d_qk, rows;
+  PrefillLaunchFn launch;
+  int (*smem)();
+};
+constexpr std::array<PrefillEntry, 6> kPrefillEntries{{
+    {576, 16, pp::launch_portable_sparse_prefill<576, 16>, pp::prefill_smem_bytes<576, 16>},
+    {576, 32, pp::launch_portable_sparse_prefill<576, 32>, pp::prefill_smem_bytes<576, 32>},
+    {576, 64, pp::launch_portable_sparse_prefill<576, 64>, pp::prefill_smem_bytes<576, 64>},
+    {512, 16, pp::launch_portable_sparse_prefill<512, 16>, pp::prefill_smem_bytes<512, 16>},
+    {512, 32, pp::launch_portable_sparse_prefill<512, 32>, pp::prefill_smem_bytes<512, 32>},
+    {512, 64, pp::launch_portable_sparse_prefill<512, 64>, pp::prefill_smem_bytes<512, 64>},
+}};
+
+const PrefillEntry* prefill_entry(int64_t d_qk, int64_t h_q) {
+  const int rows = pp::prefill_rows_for(h_q);
+  for (const PrefillEntry& e : kPrefillEntries) {
+    if (e.d_qk == d_qk && e.rows == rows) return &e;
+  }
+  return nullptr;
+}
+
+bool portable_prefill_supports(const SparsePrefillProblem& problem, std::string* why_not) {
+  if (!problem.device.is_cuda()) {
+    *why_not = "tensors are not on a CUDA device";
+    return false;
+  }
+  if (problem.d_v != 512) {
+    *why_not = "d_v must be 512, got " + std::to_string(problem.d_v);
+    return false;
+  }
+  if (problem.h_q < 1 || problem.h_q > 128) {
+    *why_not = "h_q must be in [1, 128], got " + std::to_string(problem.h_q);
+    return false;
+  }
+  const PrefillEntry* entry = prefill_entry(problem.d_qk, problem.h_q);
+  if (entry == nullptr) {
+    *why_not = "d_qk must be 576 or 512, got " + std::to_string(problem.d_qk);
+    return false;
+  }
+  return device_fits(problem.device, entry->smem(), why_not);
+}
+
+Status portable_prefill_run(const PrefillParams& params, const RunOptions& options) {
+  cuda::DeviceGuard guard;
+  SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
+  const PrefillEntry* entry = prefill_entry(params.problem.d_qk, params.problem.h_q);
+  if (entry == nullptr) return {StatusCode::kInternal, "portable prefill: no instantiation"};
+  return entry->launch(params, static_cast<cudaStream_t>(options.stream));
+}
+
+// ---- decode --------------------------------------------------------------------------------
+
+using DecodeLaunchFn = Status (*)(const pd::DecodeLaunch&, cudaStream_t);
+struct DecodeEntry {
+  KvCacheFormat format;
+  int d_qk, rows;
+  DecodeLaunchFn launch;
+  int (*smem)();
+};
+#define SMLA_DECODE_ENTRY(FORMAT, DQK, ROWS)                          \
+  DecodeEntry {                                                       \
+    KvCacheFormat::FORMAT, DQK, ROWS,                                 \
+        pd::launch_portable_sparse_decode<KvCacheFormat::FORMAT, DQK, ROWS>, \
+        pd::decode_smem_bytes<KvCacheFormat::FORMAT, DQK, ROWS>       \
+  }
+constexpr std::array<DecodeEntry, 12> kDecodeEntries{{
+    SMLA_DECODE_ENTRY(kV32Fp8, 576, 16), SMLA_DECODE_ENTRY(kV32Fp8, 576, 32),
+    SMLA_DECODE_ENTRY(kV32Fp8, 576, 64), SMLA_DECODE_ENTRY(kV4Fp8, 512, 16),
+    SMLA_DECODE_ENTRY(kV4Fp8, 512, 32),  SMLA_DECODE_ENTRY(kV4Fp8, 512, 64),
+    SMLA_DECODE_ENTRY(kBf16, 576, 16),   SMLA_DECODE_ENTRY(kBf16, 576, 32),
+    SMLA_DECODE_ENTRY(kBf16, 576, 64),   SMLA_DECODE_ENTRY(kBf16, 512, 16),
+    SMLA_DECODE_ENTRY(kBf16, 512, 32),   SMLA_DECODE_ENTRY(kBf16, 512, 64),
+}};
+#undef SMLA_DECODE_ENTRY
+
+const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q) {
+  const int rows = pd::decode_rows_for(h_q);
+  for (const DecodeEntry& e : kDecodeEntries) {
+    if (e.format == format && e.d_qk == d_qk && e.rows == rows) return &e;
+  }
+  return nullptr;
+}
+
+template <KvCacheFormat kFormat>
+bool portable_decode_supports(const SparseDecodeProblem& problem, std::string* why_not) {
+  if (problem.format != kFormat) {
+    *why_not = std::string("serves the ") + kv_cache_format_name(kFormat) + " cache format only";
+    return false;
+  }
+  if (!problem.device.is_cuda()) {
+    *why_not = "tensors are not on a CUDA device";
+    return false;
+  }
+  if (problem.d_v != 512) {
+    *why_not = "d_v must be 512, got " + std::to_string(problem.d_v);
+    return false;
+  }
+  if (problem.h_q < 1 || problem.h_q > 128) {
+    *why_not = "h_q must be in [1, 128], got " + std::to_string(problem.h_q);
+    return false;
+  }
+  if (problem.b * problem.s_q > 0x7fffffff / 2) {
+    *why_not = "b * s_q = " + std::to_string(problem.b * problem.s_q) + " is too large";
+    return false;
+  }
+  const DecodeEntry* entry = decode_entry(problem.format, problem.d_qk, problem.h_q);
+  if (entry == nullptr) {
+    *why_not = "no instantiation for d_qk " + std::to_string(problem.d_qk);
+    return false;
+  }
+  return device_fits(problem.device, entry->smem(), why_not);
+}
+
+Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions&,
+                            DecodePlan* plan) {
+  std::string why_not;
+  DeviceLimits limits;
+  const DecodeEntry* entry = decode_entry(problem.format, problem.d_qk, problem.h_q);
+  if (entry == nullptr || !device_fits(problem.device, entry->smem(), &why_not, &limits)) {
+    return unsupported("plan_sparse_decode: " + why_not);
+  }
+  const int head_groups = static_cast<int>((problem.h_q + entry->rows - 1) / entry->rows);
+  // One CTA per SM (the smem plan takes most of an SM): the schedule's parts times the head
+  // groups fill the SMs once.
+  const int num_parts = std::max(1, limits.sm_count / head_groups);
+  const int64_t num_queries = problem.b * problem.s_q;
+  const planning::DecodeWorkspaceLayout layout =
+      planning::decode_workspace_layout(num_queries, num_parts, problem.h_q, 512);
+  plan->num_sm_parts = num_parts;
+  plan->workspace_bytes = static_cast<size_t>(layout.total_bytes);
+  plan->reason = "portable split-KV: " + std::to_string(num_parts) + " parts x " +
+                 std::to_string(head_groups) + " head groups of " + std::to_string(entry->rows) +
+                 " rows = one CTA per SM on " + std::to_string(limits.sm_count) + " SMs";
+  return {};
+}
+
+Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, void* workspace,
+                           size_t workspace_bytes, DecodeSchedule schedule,
+                           const RunOptions& options) {
+  cuda::DeviceGuard guard;
+  SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
+  const DecodeEntry* entry =
+      decode_entry(params.problem.format, params.problem.d_qk, params.problem.h_q);
+  if (entry == nullptr) return {StatusCode::kInternal, "portable decode: no instantiation"};
+  const int num_parts = plan.num_sm_parts;
+  const int64_t num_queries = params.problem.b * params.problem.s_q;
+  const planning::DecodeWorkspaceLayout layout =
+      planning::decode_workspace_layout(num_queries, num_parts, params.problem.h_q, 512);
+  if (num_parts < 1 || static_cast<int64_t>(workspace_bytes) < layout.total_bytes ||
+      workspace == nullptr) {
+    return invalid_argument("sparse_decode: the workspace (" + std::to_string(workspace_bytes) +
+                            " bytes) does not fit the plan's " + std::to_string(num_parts) +
+                            " parts (" + std::to_string(layout.total_bytes) + " bytes)");
+  }
+  auto stream = static_cast<cudaStream_t>(options.stream);
+  if (schedule == DecodeSchedule::kBuild) {
+    SMLA_RETURN_IF_ERROR(
+        cuda::launch_decode_planner(params, num_parts, pd::kBlockTokens, workspace, stream));
+  }
+  const planning::DecodeWorkspace ws = planning::carve_decode_workspace(workspace, layout);
+  pd::DecodeLaunch launch;
+  launch.p = params;
+  launch.num_parts = num_parts;
+  launch.parts = ws.parts;
+  launch.split_offsets = ws.split_offsets;
+  launch.partial_lse = ws.partial_lse;
+  launch.partial_out = ws.partial_out;
+  SMLA_RETURN_IF_ERROR(entry->launch(launch, stream));
+  return cuda::launch_split_combine(params, num_parts, workspace, stream);
+}
+
+constexpr PrefillKernel kPrefillKernels[] = {
+    {"portable_sparse_prefill", Backend::kCuda, portable_prefill_supports, portable_prefill_run},
+};
+
+constexpr DecodeKernel kDecodeKernels[] = {
+    {"portable_sparse_decode_v32fp8", Backend::kCuda,
+     portable_decode_supports<KvCacheFormat::kV32Fp8>, portable_decode_plan, portable_decode_run},
+    {"portable_sparse_decode_v4fp8", Backend::kCuda,
+     portable_decode_supports<KvCacheFormat::kV4Fp8>, portable_decode_plan, portable_decode_run},
+    {"portable_sparse_decode_bf16", Backend::kCuda, portable_decode_supports<KvCacheFormat::kBf16>,
+     portable_decode_plan, portable_decode_run},
+};
+
+}  // namespace
+
+std::span<const PrefillKernel> cuda_prefill_kernels() { return kPrefillKernels; }
+std::span<const DecodeKernel> cuda_decode_kernels() { return kDecodeKernels; }
+
+}  // namespace sparse_mla::detail

@@ -1,0 +1,70 @@
+// Compile-time configuration and shared-memory plan of the portable (sm_80+) sparse decode split
+// kernel: one CTA = one part of the split-KV schedule x one head group. For each query piece of
+// its part it gathers 64-slot blocks of the main then the extra list, dequantises FP8 rows to
+// bf16 in shared memory, and runs the same MMA core as prefill (common/tile_attention.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device/kv_cache_traits.cuh"
+#include "cuda/portable/common/tile_shape.cuh"
+#include "cuda/portable/sparse_decode/launch.h"
+
+namespace sparse_mla::cuda::portable_decode {
+
+// Heads per CTA and warps, by head count: as prefill (see sparse_prefill/config.cuh). 16 and 32
+// heads get their own tiles instead of being padded to 64, so their MMA work shrinks with h_q.
+template <int kRows>
+inline constexpr int kDecodeWarps = kRows == 16 ? 4 : 8;
+
+template <int kDqk, int kRows>
+using DecodeShape = TileShape<kDqk, kRows, kDecodeWarps<kRows>>;
+
+// Quantized caches: raw token bytes are gathered (cp.async) into `raw` while the previous block
+// is being multiplied, then dequantised into the single bf16 tile. bf16 caches: rows go straight
+// into a double-buffered tile and `raw` is unused.
+template <class Traits>
+struct RawRow {
+  static constexpr bool kQuantized = Traits::kQuantDims > 0;
+  // data row, then (split-scale formats) the token's scale row; 16-B rounded for cp.async.
+  static constexpr int kBytes =
+      Traits::kDataRowBytes + (Traits::kScalesInRow ? 0 : Traits::kScaleRowBytes);
+  static constexpr int kPitch = (kBytes + 15) / 16 * 16;
+  static constexpr int kScaleBase = Traits::kScalesInRow ? Traits::kScaleOffset
+                                                         : Traits::kDataRowBytes;
+  static_assert(!kQuantized || Traits::kDataRowBytes % 16 == 0,
+                "token data rows are gathered in 16-B chunks");
+  static_assert(Traits::kTailOffset % 16 == 0, "the bf16 tail is copied in 16-B chunks");
+};
+
+// Shared memory, in bytes (64 rows): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P + 41,984 raw
+// + 2,048 row statistics + 520 row addresses + 128 flags = 200,328; bf16 cache, 576 dims:
+// 73,728 Q + 2 x 73,728 KV + 8,192 P + 16 + 2,048 + 520 + 128 = 232,088 <= 232,448 (sm_90).
+template <class Shape, class Traits>
+struct DecodeSmem {
+  static constexpr bool kQuantized = RawRow<Traits>::kQuantized;
+  static constexpr int kTileStages = kQuantized ? 1 : 2;
+  static constexpr int kRawBytes = kQuantized ? Shape::kBlockKeys * RawRow<Traits>::kPitch : 16;
+  static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
+  static_assert(Shape::kBlockKeys == kBlockTokens, "a schedule block is one KV tile");
+
+  alignas(1024) uint8_t q[Shape::kQBytes];                // [kRows, d_qk] bf16, swizzled
+  alignas(1024) uint8_t kv[kTileStages][Shape::kKvTileBytes];  // [stages][64, d_qk] bf16
+  alignas(1024) uint8_t p[Shape::kPBytes];                // [kRows, 64] bf16, swizzled
+  alignas(16) uint8_t raw[kRawBytes];                     // [64, kPitch] raw token bytes
+  float red_max[Shape::kKeyGroups * Shape::kRows];        // [4, kRows]
+  float red_sum[Shape::kKeyGroups * Shape::kRows];        // [4, kRows]
+  const uint8_t* row_ptr[Shape::kBlockKeys];              // next block's clamped data rows
+  const uint8_t* scale_ptr[kScaleRows];                   // next block's scale rows (v4)
+  uint8_t valid[2][Shape::kBlockKeys];                    // [2][64] slot validity
+};
+
+inline constexpr int kMaxSmemSm90 = 232448;  // opt-in shared memory per block, sm_90
+static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>,
+                                KvTraits<KvCacheFormat::kV32Fp8, 576>>) <= kMaxSmemSm90);
+static_assert(sizeof(DecodeSmem<DecodeShape<512, 64>,
+                                KvTraits<KvCacheFormat::kV4Fp8, 512>>) <= kMaxSmemSm90);
+static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>,
+                                KvTraits<KvCacheFormat::kBf16, 576>>) <= kMaxSmemSm90);
+
+}  // namespace sparse_mla::cuda::portable_decode

@@ -1,0 +1,293 @@
+// Portable (sm_80+) sparse decode split kernel (SPEC §3): grid (num_parts, head_groups); CTA
+// (part, group) processes the query pieces its DecodePartSchedule names. Per piece (one query,
+// a range of its 64-slot blocks over the main list then the extra list, one softmax):
+//   load       stage the next block's clamped row addresses, cp.async raw token bytes (FP8) or
+//              bf16 rows; invalid slots are zero-filled and never read;
+//   dequantise raw e4m3 x fp32 scale -> bf16 tile (exact scale, kv_cache_traits.cuh offsets);
+//   score/softmax/accumulate  the MMA core shared with prefill (common/tile_attention.cuh);
+//   store      unsplit query: bf16 out (sink applied) + natural-log lse; split piece:
+//              normalised fp32 partial_out + log2 partial_lse for the combine kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/params.h"
+#include "cuda/device/fp8_dequant.cuh"
+#include "cuda/device/gather.cuh"
+#include "cuda/device/kv_cache_traits.cuh"
+#include "cuda/device/online_softmax.cuh"
+#include "cuda/device/ptx/cp_async.cuh"
+#include "cuda/portable/common/tile_attention.cuh"
+#include "cuda/portable/sparse_decode/config.cuh"
+#include "cuda/portable/sparse_decode/launch.h"
+#include "cuda/runtime/cuda_check.h"
+#include "planning/decode_schedule_builder.h"
+
+namespace sparse_mla::cuda::portable_decode {
+
+// A query's two index lists, clamped lengths and block counts.
+struct QueryLists {
+  const int32_t* main;   // [topk] int32
+  const int32_t* extra;  // [extra_topk] int32 or nullptr
+  int64_t n_main, n_extra;
+  int blocks_main, blocks_total;
+};
+
+__device__ __forceinline__ int64_t clamped_length(const detail::IndexListParams& list, int64_t b,
+                                                  int64_t s) {
+  if (list.topk_length == nullptr) return list.topk;
+  const int64_t n = list.topk_length[b * list.topk_length_stride_b + s * list.topk_length_stride_s];
+  return n < 0 ? 0 : (n < list.topk ? n : list.topk);
+}
+
+__device__ __forceinline__ QueryLists query_lists(const detail::DecodeParams& p, int64_t b,
+                                                  int64_t s) {
+  QueryLists q;
+  q.main = p.list.indices + b * p.list.indices_stride_b + s * p.list.indices_stride_s;
+  q.n_main = clamped_length(p.list, b, s);
+  q.extra = nullptr;
+  q.n_extra = 0;
+  if (p.has_extra) {
+    q.extra = p.extra_list.indices + b * p.extra_list.indices_stride_b +
+              s * p.extra_list.indices_stride_s;
+    q.n_extra = clamped_length(p.extra_list, b, s);
+  }
+  q.blocks_main = static_cast<int>((q.n_main + kBlockTokens - 1) / kBlockTokens);
+  q.blocks_total =
+      q.blocks_main + static_cast<int>((q.n_extra + kBlockTokens - 1) / kBlockTokens);
+  return q;
+}
+
+// load (addresses): threads 0..63 resolve slot `thread` of block `block` (main blocks first,
+// then extra blocks). Valid iff inside the list's length and 0 <= index < num_slots; an invalid
+// slot gets slot 0's (in-bounds) address and a zero flag.
+template <class Shape, class Traits>
+__device__ __forceinline__ void stage_block_rows(const detail::DecodeParams& p,
+                                                 const QueryLists& lists, int block, int step,
+                                                 int thread, DecodeSmem<Shape, Traits>& sm) {
+  if (thread >= Shape::kBlockKeys) return;
+  const bool is_main = block < lists.blocks_main;
+  const detail::KvCacheParams& cache = is_main ? p.cache : p.extra_cache;
+  const int32_t* indices = is_main ? lists.main : lists.extra;
+  const int64_t n = is_main ? lists.n_main : lists.n_extra;
+  const int64_t k =
+      static_cast<int64_t>(is_main ? block : block - lists.blocks_main) * kBlockTokens + thread;
+  const int32_t index = k < n ? __ldg(indices + k) : -1;
+  const bool valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
+  const int64_t slot = valid ? index : 0;
+  const int64_t page = slot / cache.page_block_size;
+  const int64_t t = slot - page * cache.page_block_size;
+  const uint8_t* block_base = cache.data + page * cache.block_stride_bytes;
+  sm.row_ptr[thread] = block_base + t * Traits::kDataRowBytes;
+  if constexpr (!Traits::kScalesInRow) {
+    sm.scale_ptr[thread] = block_base + cache.page_block_size * Traits::kDataRowBytes +
+                           t * Traits::kScaleRowBytes;
+  }
+  sm.valid[step & 1][thread] = valid ? 1 : 0;
+}
+
+// load (rows): raw token bytes (quantized formats) or bf16 rows into tile `step & 1`.
+template <class Shape, class Traits>
+__device__ __forceinline__ void load_block_rows(int step, int thread,
+                                                DecodeSmem<Shape, Traits>& sm) {
+  using Smem = DecodeSmem<Shape, Traits>;
+  const uint8_t* valid = sm.valid[step & 1];
+  auto source = [&](int row) { return RowSource{sm.row_ptr[row], valid[row] != 0}; };
+  if constexpr (Smem::kQuantized) {
+    using Raw = RawRow<Traits>;
+    gather_rows_linear<Shape::kBlockKeys, Traits::kDataRowBytes / 16, Raw::kPitch,
+                       Shape::kThreads>(smem_u32(sm.raw), thread, source);
+    if constexpr (!Traits::kScalesInRow) {
+      static_assert(Traits::kScaleRowBytes == 8, "scale rows are copied with one 8-B cp.async");
+      if (thread < Shape::kBlockKeys) {
+        ptx::cp_async_ca_8(smem_u32(sm.raw) + thread * Raw::kPitch + Traits::kDataRowBytes,
+                           sm.scale_ptr[thread], valid[thread] != 0 ? 8u : 0u);
+      }
+    }
+  } else {
+    gather_rows_swizzled<Shape::kBlockKeys, Shape::kChunksPerRow, Shape::kThreads>(
+        smem_u32(sm.kv[step & 1]), thread, source);
+  }
+}
+
+// dequantise: raw [64, kPitch] -> bf16 tile. Each unit is one 16-B tile chunk (8 dims): an e4m3
+// chunk times its tile's scale, or a copied chunk of the bf16 tail. Zero-filled (invalid) rows
+// have zero data and zero scales, so they dequantise to 0.
+template <class Shape, class Traits>
+__device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, Traits>& sm) {
+  using Raw = RawRow<Traits>;
+  constexpr int kQuantChunks = Traits::kQuantDims / 8;
+  uint8_t* tile = sm.kv[0];
+#pragma unroll 4
+  for (int u = thread; u < Shape::kBlockKeys * Shape::kChunksPerRow; u += Shape::kThreads) {
+    const int row = u / Shape::kChunksPerRow;
+    const int chunk = u - row * Shape::kChunksPerRow;
+    const uint8_t* raw_row = sm.raw + row * Raw::kPitch;
+    uint4 value;
+    if (chunk < kQuantChunks) {
+      const int scale_index = chunk * 8 / Traits::kTileSize;
+      float scale;
+      if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
+        scale = *reinterpret_cast<const float*>(raw_row + Raw::kScaleBase + 4 * scale_index);
+      } else {
+        scale = ue8m0_to_float(raw_row[Raw::kScaleBase + scale_index]);
+      }
+      value = dequant_e4m3x8(*reinterpret_cast<const uint2*>(raw_row + 8 * chunk), scale);
+    } else {
+      value = *reinterpret_cast<const uint4*>(raw_row + Traits::kTailOffset +
+                                              16 * (chunk - kQuantChunks));
+    }
+    *reinterpret_cast<uint4*>(tile + tile_chunk_offset<Shape::kBlockKeys>(row, chunk)) = value;
+  }
+}
+
+// load (Q): the head group's rows of query (b, s); heads >= h_q are zero-filled from head 0.
+template <class Shape, class Traits>
+__device__ __forceinline__ void load_q(const detail::DecodeParams& p, int64_t b, int64_t s,
+                                       int head0, int thread, DecodeSmem<Shape, Traits>& sm) {
+  const auto* base =
+      reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
+  const int64_t stride_bytes = p.q_stride_h * 2;
+  const int h_q = static_cast<int>(p.problem.h_q);
+  gather_rows_swizzled<Shape::kRows, Shape::kChunksPerRow, Shape::kThreads>(
+      smem_u32(sm.q), thread, [&](int row) {
+        const int head = head0 + row;
+        const bool valid = head < h_q;
+        return RowSource{base + (valid ? head : 0) * stride_bytes, valid};
+      });
+}
+
+// store. slot < 0: the query is processed whole here: out [b, s_q, h_q, 512] bf16 with the sink,
+// lse natural log (+inf, out 0 without a valid slot). slot >= 0: partial_out [slot, h_q, 512]
+// fp32 normalised by the piece's sum, partial_lse [slot, h_q] log2 domain (-inf when empty).
+template <class Shape>
+__device__ __forceinline__ void store_piece(const DecodeLaunch& launch, int64_t b, int64_t s,
+                                            int32_t slot, int head0, const WarpPlace& w,
+                                            const WarpAccum<Shape>& acc,
+                                            const float (&l_total)[Shape::kMTiles][2]) {
+  const detail::DecodeParams& p = launch.p;
+  const int64_t h_q = p.problem.h_q;
+  const int g = w.lane >> 2, t = w.lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < Shape::kMTiles; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int head = head0 + w.row0 + mt * 16 + half * 8 + g;
+      if (head >= h_q) continue;
+      const float m = acc.m[mt][half];
+      const float l = l_total[mt][half];
+      const bool empty = !(l > 0.0f);
+      if (slot < 0) {
+        const float* sink =
+            p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
+        const float scale = empty ? 0.0f : output_scale(m, l, sink);
+        uint16_t* out_row = p.out + b * p.out_stride_b + s * p.out_stride_s +
+                            head * p.out_stride_h + w.col0 + 2 * t;
+#pragma unroll
+        for (int n = 0; n < Shape::kColTiles; ++n) {
+          *reinterpret_cast<uint32_t*>(out_row + 8 * n) = ptx::pack_bf16x2(
+              acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
+        }
+        if (w.key_group == 0 && t == 0) {
+          p.lse[b * p.lse_stride_b + s * p.lse_stride_s + head * p.lse_stride_h] =
+              empty ? INFINITY : (m + log2f(l)) * kLn2;
+        }
+      } else {
+        const float scale = empty ? 0.0f : 1.0f / l;
+        float* out_row = launch.partial_out + (static_cast<int64_t>(slot) * h_q + head) * 512 +
+                         w.col0 + 2 * t;
+#pragma unroll
+        for (int n = 0; n < Shape::kColTiles; ++n) {
+          *reinterpret_cast<float2*>(out_row + 8 * n) =
+              make_float2(acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
+        }
+        if (w.key_group == 0 && t == 0) {
+          launch.partial_lse[static_cast<int64_t>(slot) * h_q + head] =
+              empty ? -INFINITY : m + log2f(l);
+        }
+      }
+    }
+  }
+}
+
+template <class Shape, class Traits>
+__global__ void __launch_bounds__(Shape::kThreads, 1)
+    portable_sparse_decode_kernel(const DecodeLaunch launch) {
+  using Smem = DecodeSmem<Shape, Traits>;
+  extern __shared__ __align__(1024) uint8_t smem_bytes[];
+  auto& sm = *reinterpret_cast<Smem*>(smem_bytes);
+  const detail::DecodeParams& p = launch.p;
+  const int thread = threadIdx.x;
+  const int head0 = static_cast<int>(blockIdx.y) * Shape::kRows;
+  const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
+  const WarpPlace w = warp_place<Shape>(thread);
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const int64_t s_q = p.problem.s_q;
+
+  for (int32_t query = part.begin_query; query <= part.end_query; ++query) {
+    const int64_t b = query / s_q, s = query % s_q;
+    const QueryLists lists = query_lists(p, b, s);
+    const int block_begin = query == part.begin_query ? part.begin_block : 0;
+    const int block_end = query == part.end_query ? part.end_block : lists.blocks_total;
+    const int32_t slot = planning::piece_partial_slot(part, query, launch.split_offsets);
+
+    __syncthreads();  // the previous piece is done with Q, the tiles and the scratch arrays
+    WarpAccum<Shape> acc;
+    acc.reset();
+    load_q<Shape, Traits>(p, b, s, head0, thread, sm);
+    if (block_begin < block_end) {
+      stage_block_rows<Shape, Traits>(p, lists, block_begin, 0, thread, sm);
+    }
+    __syncthreads();
+    if (block_begin < block_end) load_block_rows<Shape, Traits>(0, thread, sm);
+    ptx::cp_async_commit();
+
+    for (int block = block_begin; block < block_end; ++block) {
+      const int step = block - block_begin;
+      ptx::cp_async_wait<0>();
+      __syncthreads();  // this block's bytes landed; every warp is done with the previous tile
+      if constexpr (Smem::kQuantized) dequantize_block<Shape, Traits>(thread, sm);
+      const bool has_next = block + 1 < block_end;
+      if (has_next) stage_block_rows<Shape, Traits>(p, lists, block + 1, step + 1, thread, sm);
+      __syncthreads();
+      if (has_next) {
+        load_block_rows<Shape, Traits>(step + 1, thread, sm);
+        ptx::cp_async_commit();
+      }
+      const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
+      float scores[Shape::kMTiles][2][4];
+      score_block<Shape>(smem_u32(sm.q), tile, w, scores);
+      softmax_block<Shape>(scores, sm.valid[step & 1], scale_log2, sm.red_max, sm.p, w, acc);
+      accumulate_block<Shape>(smem_u32(sm.p), tile, w, acc);
+    }
+    ptx::cp_async_wait<0>();
+
+    float l_total[Shape::kMTiles][2];
+    finish_rows<Shape>(acc, sm.red_sum, w, l_total);
+    store_piece<Shape>(launch, b, s, slot, head0, w, acc, l_total);
+  }
+}
+
+template <KvCacheFormat kFormat, int kDqk, int kRows>
+int decode_smem_bytes() {
+  return static_cast<int>(sizeof(DecodeSmem<DecodeShape<kDqk, kRows>, KvTraits<kFormat, kDqk>>));
+}
+
+template <KvCacheFormat kFormat, int kDqk, int kRows>
+Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
+  using Shape = DecodeShape<kDqk, kRows>;
+  using Traits = KvTraits<kFormat, kDqk>;
+  const int head_groups = static_cast<int>((launch.p.problem.h_q + kRows - 1) / kRows);
+  const int smem = decode_smem_bytes<kFormat, kDqk, kRows>();
+  auto kernel = portable_sparse_decode_kernel<Shape, Traits>;
+  SMLA_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
+  kernel<<<grid, Shape::kThreads, smem, stream>>>(launch);
+  return check_last_launch("portable_sparse_decode_kernel");
+}
+
+}  // namespace sparse_mla::cuda::portable_decode

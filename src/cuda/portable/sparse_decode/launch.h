@@ -1,0 +1,38 @@
+// Host-side launcher of the portable sparse decode split kernel, one explicit instantiation per
+// (cache format, d_qk, head rows) in src/cuda/instantiations/. Only those units include
+// kernel.cuh. The planner and the combine are separate launches (src/cuda/planning,
+// src/cuda/combine); kernel_tables.cpp sequences the three.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/params.h"
+#include "planning/decode_schedule.h"
+#include "sparse_mla/kv_cache_format.h"
+#include "sparse_mla/status.h"
+
+namespace sparse_mla::cuda::portable_decode {
+
+// The schedule's block (decode_schedule.h block_tokens): the kernel's 64-row KV tile.
+inline constexpr int kBlockTokens = 64;
+
+// Head rows per CTA for h_q heads: 16, 32 or 64 (h_q > 64: ceil(h_q / 64) head groups).
+inline int decode_rows_for(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
+
+// One split-kernel launch: the call's arguments plus the schedule in the workspace.
+struct DecodeLaunch {
+  detail::DecodeParams p;
+  int num_parts = 0;
+  const planning::DecodePartSchedule* parts = nullptr;  // [num_parts]
+  const int32_t* split_offsets = nullptr;               // [b*s_q + 1]
+  float* partial_lse = nullptr;                         // [max_partials, h_q] fp32, log2
+  float* partial_out = nullptr;                         // [max_partials, h_q, 512] fp32
+};
+
+template <KvCacheFormat kFormat, int kDqk, int kRows>
+int decode_smem_bytes();
+
+template <KvCacheFormat kFormat, int kDqk, int kRows>
+Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream);
+
+}  // namespace sparse_mla::cuda::portable_decode
