@@ -139,7 +139,7 @@ bool run_one(bool prefill, std::mt19937_64& rng, uint64_t seed, Device device,
         (st = runner.prepare(c, device, options)).ok() && (st = runner.run()).ok() &&
         (st = runner.fetch(&got)).ok()) {
       kernel = runner.kernel();
-      st = verify_decode(c, got, 1, &v);
+      st = verify_decode(c, got, 1, 1, &v);
     }
   }
   if (!st.ok()) {

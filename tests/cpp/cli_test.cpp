@@ -1,0 +1,157 @@
+// Runs the built `sparse-mla` binary (path from CMake: SMLA_CLI_PATH) the way a user would, and
+// checks exit codes, output and the JSON result file — including that bench counts FLOPs and
+// bytes with PERFORMANCE.md's formulas.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "sparse_mla/runtime.h"
+
+namespace {
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CliRun run_cli(const std::string& args) {
+  CliRun r;
+  const std::string command = std::string("'") + SMLA_CLI_PATH + "' " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return r;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string temp_json(const char* tag) {
+  return (std::filesystem::temp_directory_path() /
+          ("smla_cli_test_" + std::string(tag) + "_" + std::to_string(getpid()) + ".json"))
+      .string();
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+TEST(Cli, InfoPrintsTheMachine) {
+  CliRun r = run_cli("info");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cpu: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("hardware threads"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("cuda devices: "), std::string::npos) << r.output;
+}
+
+TEST(Cli, ListSaysWhichKernelsCanRunAProblem) {
+  CliRun r = run_cli("list --op decode --h_q 16 --format v4_fp8 --topk 128 --extra_topk 512");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("cpu_sparse_decode"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("decode plans:"), std::string::npos) << r.output;
+}
+
+TEST(Cli, CheckRunsRandomCasesAgainstTheReference) {
+  CliRun r = run_cli("check --cases 5 --seed 3 --backend cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("5 passed, 0 failed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("case 5/5 seed 7"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BadFlagsNameTheFlagAndExitWithTwo) {
+  CliRun unknown = run_cli("bench --no_such_flag 1");
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("--no_such_flag"), std::string::npos) << unknown.output;
+
+  CliRun not_a_number = run_cli("bench --scale abc");
+  EXPECT_EQ(not_a_number.exit_code, 2) << not_a_number.output;
+  EXPECT_NE(not_a_number.output.find("--scale = 'abc'"), std::string::npos)
+      << not_a_number.output;
+
+  CliRun out_of_range = run_cli("list --h_q 0");
+  EXPECT_EQ(out_of_range.exit_code, 2) << out_of_range.output;
+  EXPECT_NE(out_of_range.output.find("--h_q = 0"), std::string::npos) << out_of_range.output;
+
+  CliRun bad_choice = run_cli("check --backend tpu");
+  EXPECT_EQ(bad_choice.exit_code, 2) << bad_choice.output;
+  EXPECT_NE(bad_choice.output.find("'tpu'"), std::string::npos) << bad_choice.output;
+
+  CliRun unknown_command = run_cli("benchmark");
+  EXPECT_EQ(unknown_command.exit_code, 2) << unknown_command.output;
+}
+
+TEST(Cli, CudaBackendWithoutADeviceFails) {
+  if (sparse_mla::cuda_available()) GTEST_SKIP() << "a CUDA device is visible";
+  CliRun r = run_cli("check --cases 1 --backend cuda");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("no CUDA device"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BenchPrefillCaseWritesCountedVerifiedJson) {
+  const std::string path = temp_json("prefill");
+  CliRun r = run_cli(
+      "bench --backend cpu --op prefill --s_q 4 --s_kv 300 --h_q 16 --d_qk 576 --topk 64 "
+      "--iters 3 --json " +
+      path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = read_json(path);
+  std::filesystem::remove(path);
+  EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_FALSE(j["git_commit"].get<std::string>().empty());
+  EXPECT_NE(j["command"].get<std::string>().find("--json"), std::string::npos);
+  EXPECT_EQ(j["reproduce"],
+            "sparse-mla bench --op prefill --s_q 4 --s_kv 300 --h_q 16 --d_qk 576 --topk 64 "
+            "--backend cpu --seed 1 --iters 3");
+  EXPECT_FALSE(j["machine"]["cpu_model"].get<std::string>().empty());
+  EXPECT_GT(j["ceilings"]["bytes_per_s"].get<double>(), 0);
+  ASSERT_EQ(j["cases"].size(), 1u);
+  const nlohmann::json& c = j["cases"][0];
+  EXPECT_EQ(c["kernel"], "cpu_sparse_prefill");
+  EXPECT_EQ(c["times_ms"].size(), 3u);
+  EXPECT_GT(c["median_ms"].get<double>(), 0);
+  // Every index valid, no topk_length: attended = valid_slots = s_q * topk.
+  const double attended = 4.0 * 64;
+  EXPECT_DOUBLE_EQ(c["flop"].get<double>(), 2 * attended * 16 * (576 + 512));
+  EXPECT_DOUBLE_EQ(c["bytes"].get<double>(), attended * 576 * 2 + 4.0 * 16 * (576 + 512) * 2);
+  EXPECT_TRUE(c["verify"]["ok"].get<bool>()) << c["verify"]["message"];
+  EXPECT_EQ(c["verify"]["checked"], 4);
+  EXPECT_TRUE(j["all_ok"].get<bool>());
+}
+
+TEST(Cli, BenchScaledSuiteDecodeCase) {
+  const std::string path = temp_json("decode");
+  // v4-flash's b=2 decode row, scaled to one request.
+  CliRun r = run_cli("bench --backend cpu --suite v4-flash --filter 'b=2 ' --scale 0.01 --iters 3 "
+                  "--json " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[1/1]"), std::string::npos) << r.output;  // progress line
+  nlohmann::json j = read_json(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(j["cases"].size(), 1u);
+  const nlohmann::json& c = j["cases"][0];
+  EXPECT_EQ(c["suite"], "v4-flash");
+  EXPECT_EQ(c["shape_full"]["b"], 2);
+  EXPECT_EQ(c["shape_run"]["b"], 1);
+  EXPECT_DOUBLE_EQ(c["anchor"]["us"].get<double>(), 14.0);
+  EXPECT_TRUE(c["anchor_time_over_ours"].is_null());  // only for full-size CUDA runs
+  // b=1, s_q=2, h_q=64, main topk 128 + extra 512, d_qk 512 + d_v 512.
+  EXPECT_DOUBLE_EQ(c["flop"].get<double>(), 2.0 * 64 * (2 * (128 + 512)) * (512 + 512));
+  const double q_and_out = 2.0 * 2 * 64 * 512 + 2.0 * 2 * 64 * 512;
+  const double retrieved = (c["bytes"].get<double>() - q_and_out) / 576;
+  EXPECT_DOUBLE_EQ(retrieved, std::floor(retrieved));  // whole v4_fp8 rows of 576 bytes
+  EXPECT_GT(retrieved, 0);
+  EXPECT_LE(retrieved, 2 * (128 + 512));
+  EXPECT_TRUE(c["verify"]["ok"].get<bool>()) << c["verify"]["message"];
+}
+
+}  // namespace
