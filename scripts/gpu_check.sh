@@ -31,9 +31,9 @@ OUT_DIR=${1:-${OUT:-$ROOT/out}}
 BUILD="$ROOT/build-gpu"
 JOBS=16
 BENCH_SUITES=${SMLA_BENCH_SUITES:-all}
-# Representative sanitizer subset: the planner, the combine, the graph-captured decode step, and a
-# few recipe cases per portable kernel (memcheck runs ~10-50x slower than the plain tests).
-SANITIZER_FILTER=${SMLA_SANITIZER_FILTER:-'DecodePlannerGpu.*:SplitCombineGpu.*:DecodeGraphGpu.*:PortablePrefill*Sanitizer*:PortableDecode*Sanitizer*'}
+# Representative sanitizer subset: the planner, the combine, the graph-captured decode step, one
+# split-heavy decode per FP8 format and one prefill recipe sweep (memcheck runs ~10-50x slower).
+SANITIZER_FILTER=${SMLA_SANITIZER_FILTER:-'DecodePlannerGpu.*:SplitCombineGpu.*:DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:DQk/PortablePrefill.TopkAndFeatures/d576'}
 BUDGET_S=${SMLA_GPU_CHECK_BUDGET_S:-570}
 START=$(date +%s)
 mkdir -p "$OUT_DIR"
