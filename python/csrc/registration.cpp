@@ -1,0 +1,42 @@
+// Registers the operators of namespace `sparse_mla` with torch: their schemas (mutated outputs
+// marked `(a!)`, so torch.compile functionalizes them) and their CPU and CUDA kernels. The fake
+// (meta) implementations live in python/sparse_mla/ops.py. The library is loaded with
+// torch.ops.load_library; no Python module is defined here.
+#include <torch/library.h>
+
+#include "ops.h"
+
+TORCH_LIBRARY(sparse_mla, m) {
+  const std::vector<at::Tag> tags = {at::Tag::pt2_compliant_tag};
+  m.def(
+      "sparse_prefill(Tensor q, Tensor kv, Tensor indices, float sm_scale, int d_v, "
+      "Tensor? attn_sink, Tensor? topk_length, Tensor(a!) out, Tensor(b!) max_logits, "
+      "Tensor(c!) lse) -> ()",
+      tags);
+  m.def(
+      "plan_decode(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_length, "
+      "Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
+      "Tensor? extra_topk_length, str? kv_format, int d_v) -> (int, int, str, str, str)");
+  m.def(
+      "sparse_decode(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_length, "
+      "Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
+      "Tensor? extra_topk_length, str? kv_format, float? softmax_scale, int d_v, "
+      "Tensor(d!)? workspace, bool reuse_schedule, Tensor(a!) out, Tensor(b!) lse) -> ()",
+      tags);
+  m.def("quantize_kv_cache(Tensor kv, str kv_format, Tensor(a!) cache) -> ()", tags);
+  m.def("dequantize_kv_cache(Tensor cache, str? kv_format, Tensor(a!) out) -> ()", tags);
+}
+
+TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) {
+  m.impl("sparse_prefill", &sparse_mla::python::sparse_prefill);
+  m.impl("plan_decode", &sparse_mla::python::plan_decode);
+  m.impl("sparse_decode", &sparse_mla::python::sparse_decode);
+  m.impl("quantize_kv_cache", &sparse_mla::python::quantize_kv_cache);
+  m.impl("dequantize_kv_cache", &sparse_mla::python::dequantize_kv_cache);
+}
+
+TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) {
+  m.impl("sparse_prefill", &sparse_mla::python::sparse_prefill);
+  m.impl("plan_decode", &sparse_mla::python::plan_decode);
+  m.impl("sparse_decode", &sparse_mla::python::sparse_decode);
+}
