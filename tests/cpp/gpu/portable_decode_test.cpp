@@ -1,0 +1,238 @@
+// GPU tests of the portable sparse decode path (planner -> split kernel -> combine, through
+// plan_sparse_decode / sparse_decode with Backend::kCuda) against the CPU reference on the SPEC §5
+// recipe: v32_fp8, v4_fp8 and bf16 caches, h_q 1..128, s_q 1..8, topk_length per request and
+// per token, extra cache with its own page size, odd page sizes, empty requests, b = 321, and the
+// kReuse path. Also checks (without a GPU) that the kernels' compile-time format traits match the
+// host traits table.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/device/kv_cache_traits.cuh"
+#include "gpu/gpu_test_support.h"
+#include "sparse_mla/sparse_mla.h"
+#include "verify/check.h"
+#include "verify/recipe.h"
+
+namespace sparse_mla {
+namespace {
+
+using test_support::kGpu;
+
+template <class Traits>
+void expect_traits_match(int d_qk) {
+  const KvCacheFormatInfo& info = kv_cache_format_info(Traits::kFormat);
+  SCOPED_TRACE(std::string(info.name));
+  EXPECT_EQ(Traits::kQuantDims, info.quantized_dims);
+  EXPECT_EQ(Traits::kNumScales, info.num_scales);
+  EXPECT_EQ(Traits::kScaleEncoding, info.scale_encoding);
+  EXPECT_EQ(Traits::kScalesInRow, info.page_layout == PageLayout::kTokenRows);
+  EXPECT_EQ(Traits::kDataRowBytes, info.data_row_bytes != 0 ? info.data_row_bytes : 2 * d_qk);
+  EXPECT_EQ(Traits::kTailOffset, info.rope_offset);
+  EXPECT_EQ(Traits::kQuantDims + Traits::kTailDims, d_qk);
+  if (Traits::kNumScales > 0) {
+    EXPECT_EQ(Traits::kTileSize, info.tile_size);
+    if (Traits::kScalesInRow) {
+      EXPECT_EQ(Traits::kScaleOffset, info.scale_offset_in_row);
+    } else {
+      EXPECT_EQ(Traits::kScaleRowBytes, info.scale_row_bytes);
+    }
+  }
+  EXPECT_EQ(kv_cache_bytes_per_token(Traits::kFormat, d_qk),
+            Traits::kScalesInRow ? Traits::kDataRowBytes
+                                 : Traits::kDataRowBytes + Traits::kScaleRowBytes);
+}
+
+TEST(PortableDecodeTraits, MatchHostTable) {
+  expect_traits_match<cuda::KvTraits<KvCacheFormat::kV32Fp8, 576>>(576);
+  expect_traits_match<cuda::KvTraits<KvCacheFormat::kV4Fp8, 512>>(512);
+  expect_traits_match<cuda::KvTraits<KvCacheFormat::kBf16, 576>>(576);
+  expect_traits_match<cuda::KvTraits<KvCacheFormat::kBf16, 512>>(512);
+}
+
+std::string describe(const verify::DecodeRecipe& r) {
+  std::string s = std::string(kv_cache_format_name(r.format)) + " b " + std::to_string(r.b) +
+                  " s_q " + std::to_string(r.s_q) + " h_q " + std::to_string(r.h_q) + " topk " +
+                  std::to_string(r.topk) + " page " + std::to_string(r.page_block_size);
+  if (r.d_qk != 0) s += " d_qk " + std::to_string(r.d_qk);
+  if (r.topk_length) s += r.topk_length_per_token ? " topk_length[b,s_q]" : " topk_length[b]";
+  if (r.extra_cache) {
+    s += " extra " + std::to_string(r.extra_topk) + " page " +
+         std::to_string(r.extra_page_block_size);
+  }
+  return s + (r.attn_sink ? " sink" : "") + (r.padded_strides ? " padded" : "");
+}
+
+// Device outputs with the host views' strides (padding included).
+struct DeviceOutputs {
+  Buffer out, lse;
+  SparseDecodeArgs args;
+};
+
+Status make_device_outputs(const verify::DecodeOutputs& host, const SparseDecodeArgs& inputs,
+                           DeviceOutputs* d) {
+  SMLA_RETURN_IF_ERROR(test_support::to_device(host.out, &d->out));
+  SMLA_RETURN_IF_ERROR(test_support::to_device(host.lse, &d->lse));
+  d->args = inputs;
+  d->args.out = host.out_view;
+  d->args.out.data = static_cast<char*>(d->out.data()) +
+                     (static_cast<const char*>(host.out_view.data) -
+                      reinterpret_cast<const char*>(host.out.data()));
+  d->args.out.device = kGpu;
+  d->args.lse = host.lse_view;
+  d->args.lse.data = static_cast<char*>(d->lse.data()) +
+                     (static_cast<const char*>(host.lse_view.data) -
+                      reinterpret_cast<const char*>(host.lse.data()));
+  d->args.lse.device = kGpu;
+  return {};
+}
+
+Status fetch(const DeviceOutputs& d, verify::DecodeOutputs* host) {
+  SMLA_RETURN_IF_ERROR(copy_bytes(host->out.data(), Device::cpu(), d.out.data(), kGpu,
+                                  host->out.size() * sizeof(uint16_t)));
+  return copy_bytes(host->lse.data(), Device::cpu(), d.lse.data(), kGpu,
+                    host->lse.size() * sizeof(float));
+}
+
+// Plans, runs layer 0 (kBuild) and layer 1 (kReuse) into separate outputs, checks both.
+void check_case(const verify::DecodeRecipe& recipe) {
+  SCOPED_TRACE(describe(recipe));
+  verify::DecodeCase c;
+  SMLA_ASSERT_OK(verify::make_decode_case(recipe, &c));
+  verify::DeviceDecodeInputs inputs;
+  SMLA_ASSERT_OK(verify::upload(c, kGpu, &inputs));
+
+  RunOptions options;
+  options.backend = Backend::kCuda;
+  SparseDecodeProblem problem;
+  SMLA_ASSERT_OK(describe_sparse_decode(inputs.args_template, &problem));
+  DecodePlan plan;
+  SMLA_ASSERT_OK(plan_sparse_decode(problem, &plan, options));
+  ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;
+  Buffer workspace;
+  SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes, &workspace));
+
+  verify::DecodeOutputs got0, got1, expected;
+  verify::allocate_outputs(c.problem, &got0, recipe.padded_strides);
+  verify::allocate_outputs(c.problem, &got1, recipe.padded_strides);
+  DeviceOutputs d0, d1;
+  SMLA_ASSERT_OK(make_device_outputs(got0, inputs.args_template, &d0));
+  SMLA_ASSERT_OK(make_device_outputs(got1, inputs.args_template, &d1));
+  SMLA_ASSERT_OK(sparse_decode(d0.args, plan, workspace.data(), plan.workspace_bytes,
+                               DecodeSchedule::kBuild, options));
+  SMLA_ASSERT_OK(sparse_decode(d1.args, plan, workspace.data(), plan.workspace_bytes,
+                               DecodeSchedule::kReuse, options));
+  SMLA_ASSERT_OK(synchronize(kGpu));
+  SMLA_ASSERT_OK(fetch(d0, &got0));
+  SMLA_ASSERT_OK(fetch(d1, &got1));
+
+  SMLA_ASSERT_OK(verify::run_reference(c, &expected));
+  const verify::CheckReport r0 = verify::check_decode(got0, expected);
+  EXPECT_TRUE(r0.ok) << plan.kernel << " kBuild (" << plan.reason << "):\n" << r0.message;
+  const verify::CheckReport r1 = verify::check_decode(got1, expected);
+  EXPECT_TRUE(r1.ok) << plan.kernel << " kReuse:\n" << r1.message;
+}
+
+struct FormatCase {
+  KvCacheFormat format;
+  int d_qk;  // 0 = the format's own
+  const char* name;
+};
+
+class PortableDecode : public ::testing::TestWithParam<FormatCase> {
+ protected:
+  verify::DecodeRecipe base() const {
+    verify::DecodeRecipe r;
+    r.format = GetParam().format;
+    r.d_qk = GetParam().d_qk;
+    return r;
+  }
+};
+
+// Every head tile with full and partial head groups; MTP token counts.
+TEST_P(PortableDecode, HeadCountsAndTokens) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int64_t h_q : {1, 8, 16, 32, 64, 128}) {
+    for (int64_t s_q : {1, 3}) {
+      verify::DecodeRecipe r = base();
+      r.b = 3;
+      r.s_q = s_q;
+      r.h_q = h_q;
+      r.topk = 100;
+      r.topk_length_per_token = s_q > 1;
+      r.seed = 10 * h_q + s_q;
+      check_case(r);
+    }
+  }
+}
+
+// Extra cache with its own page size; odd page sizes; topk_length shapes; s_q up to 8.
+TEST_P(PortableDecode, ExtraCacheAndPages) {
+  SMLA_SKIP_WITHOUT_GPU();
+  struct Pages {
+    int64_t main, extra, topk, extra_topk, s_q;
+  };
+  for (Pages pg : {Pages{1, 2, 37, 64, 1}, Pages{53, 61, 64, 130, 2}, Pages{64, 69, 128, 512, 4},
+                   Pages{576, 1, 1, 100, 8}}) {
+    verify::DecodeRecipe r = base();
+    r.b = 4;
+    r.s_q = pg.s_q;
+    r.h_q = 64;
+    r.topk = pg.topk;
+    r.page_block_size = pg.main;
+    r.extra_cache = true;
+    r.extra_topk = pg.extra_topk;
+    r.extra_page_block_size = pg.extra;
+    r.topk_length_per_token = pg.s_q % 2 == 0;
+    r.extra_topk_length_per_token = pg.s_q % 4 == 0;
+    r.seed = pg.main + pg.extra;
+    check_case(r);
+    r.h_q = 16;
+    r.extra_topk_length = false;
+    r.topk_length = false;
+    r.attn_sink = false;
+    r.padded_strides = false;
+    check_case(r);
+  }
+}
+
+// Many requests (and zero-length ones): a schedule with several queries per part.
+TEST_P(PortableDecode, ManyRequests) {
+  SMLA_SKIP_WITHOUT_GPU();
+  verify::DecodeRecipe r = base();
+  r.b = 321;
+  r.s_q = 1;
+  r.h_q = 16;
+  r.topk = 64;
+  r.extra_cache = true;
+  r.extra_topk = 64;
+  r.extra_page_block_size = 64;
+  r.seed = 321;
+  check_case(r);
+}
+
+// Long lists over few queries: every query split across many parts (combine path).
+TEST_P(PortableDecode, LongListsSplit) {
+  SMLA_SKIP_WITHOUT_GPU();
+  verify::DecodeRecipe r = base();
+  r.b = 2;
+  r.s_q = 2;
+  r.h_q = 128;
+  r.topk = 2048;
+  r.empty_queries = false;
+  r.seed = 2048;
+  check_case(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, PortableDecode,
+    ::testing::Values(FormatCase{KvCacheFormat::kV32Fp8, 0, "v32_fp8"},
+                      FormatCase{KvCacheFormat::kV4Fp8, 0, "v4_fp8"},
+                      FormatCase{KvCacheFormat::kBf16, 576, "bf16_d576"},
+                      FormatCase{KvCacheFormat::kBf16, 512, "bf16_d512"}),
+    [](const ::testing::TestParamInfo<FormatCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace sparse_mla

@@ -1,0 +1,144 @@
+// GPU tests of the portable sparse prefill kernel (Backend::kCuda) against the CPU reference on
+// the SPEC §5 recipe: both d_qk, h_q 1..128 (every head tile and partial head groups), topk not a
+// multiple of 64, s_kv < topk, every invalid-index kind, empty queries, topk_length, sinks
+// (finite, -inf, +inf), padded input and output strides, and s_q = 70000 (1-D grid).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test_support.h"
+#include "sparse_mla/sparse_mla.h"
+#include "verify/check.h"
+#include "verify/recipe.h"
+
+namespace sparse_mla {
+namespace {
+
+using test_support::kGpu;
+
+// Device copies of host output vectors with the host views' strides (padding NaN included), so
+// that downloading the vectors back makes the host views show what the kernel wrote.
+struct DeviceMirror {
+  Buffer buffer;
+  TensorView view;
+};
+
+template <typename T>
+Status mirror(const std::vector<T>& host, const TensorView& host_view, DeviceMirror* out) {
+  SMLA_RETURN_IF_ERROR(test_support::to_device(host, &out->buffer));
+  out->view = host_view;
+  const auto offset = static_cast<const char*>(host_view.data) -
+                      reinterpret_cast<const char*>(host.data());
+  out->view.data = static_cast<char*>(out->buffer.data()) + offset;
+  out->view.device = kGpu;
+  return {};
+}
+
+template <typename T>
+Status fetch(const DeviceMirror& d, std::vector<T>* host) {
+  return copy_bytes(host->data(), Device::cpu(), d.buffer.data(), kGpu, host->size() * sizeof(T));
+}
+
+std::string describe(const verify::PrefillRecipe& r) {
+  return "s_q " + std::to_string(r.s_q) + " s_kv " + std::to_string(r.s_kv) + " h_q " +
+         std::to_string(r.h_q) + " d_qk " + std::to_string(r.d_qk) + " topk " +
+         std::to_string(r.topk) + (r.attn_sink ? " sink" : "") +
+         (r.topk_length ? " topk_length" : "") + (r.padded_strides ? " padded" : "");
+}
+
+void check_case(const verify::PrefillRecipe& recipe) {
+  SCOPED_TRACE(describe(recipe));
+  verify::PrefillCase c;
+  SMLA_ASSERT_OK(verify::make_prefill_case(recipe, &c));
+  verify::DevicePrefillInputs inputs;
+  SMLA_ASSERT_OK(verify::upload(c, kGpu, &inputs));
+
+  verify::PrefillOutputs got;
+  verify::allocate_outputs(c.problem, &got, recipe.padded_strides);
+  DeviceMirror out, max_logits, lse;
+  SMLA_ASSERT_OK(mirror(got.out, got.out_view, &out));
+  SMLA_ASSERT_OK(mirror(got.max_logits, got.max_logits_view, &max_logits));
+  SMLA_ASSERT_OK(mirror(got.lse, got.lse_view, &lse));
+  SparsePrefillArgs args = inputs.args_template;
+  args.out = out.view;
+  args.max_logits = max_logits.view;
+  args.lse = lse.view;
+
+  RunOptions options;
+  options.backend = Backend::kCuda;
+  SMLA_ASSERT_OK(sparse_prefill(args, options));
+  SMLA_ASSERT_OK(synchronize(kGpu));
+  SMLA_ASSERT_OK(fetch(out, &got.out));
+  SMLA_ASSERT_OK(fetch(max_logits, &got.max_logits));
+  SMLA_ASSERT_OK(fetch(lse, &got.lse));
+
+  verify::PrefillOutputs expected;
+  SMLA_ASSERT_OK(verify::run_reference(c, &expected));
+  const verify::CheckReport report = verify::check_prefill(got, expected);
+  EXPECT_TRUE(report.ok) << report.message;
+}
+
+struct Shape {
+  int64_t s_q, s_kv, h_q, topk;
+};
+
+class PortablePrefill : public ::testing::TestWithParam<int> {};  // param: d_qk
+
+// Every head tile (16 / 32 / 64 rows) with full and partial head groups.
+TEST_P(PortablePrefill, EveryHeadCount) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int64_t h_q : {1, 8, 16, 24, 32, 48, 64, 100, 128}) {
+    verify::PrefillRecipe r;
+    r.d_qk = GetParam();
+    r.s_q = 5;
+    r.s_kv = 300;
+    r.h_q = h_q;
+    r.topk = 100;  // not a multiple of 64: a partial second block
+    r.seed = 100 + h_q;
+    check_case(r);
+  }
+}
+
+// topk 1 / 37 / 64 / 200, s_kv below topk, and each optional feature switched off.
+TEST_P(PortablePrefill, TopkAndFeatures) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (Shape s : {Shape{6, 40, 16, 1}, Shape{6, 40, 64, 37}, Shape{7, 50, 128, 200},
+                  Shape{4, 512, 32, 64}}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      verify::PrefillRecipe r;
+      r.d_qk = GetParam();
+      r.s_q = s.s_q;
+      r.s_kv = s.s_kv;
+      r.h_q = s.h_q;
+      r.topk = s.topk;
+      r.attn_sink = variant != 1;
+      r.topk_length = variant != 2;
+      r.padded_strides = variant != 0;
+      r.seed = 7 * s.topk + variant;
+      check_case(r);
+    }
+  }
+}
+
+// Many query tokens: the 1-D grid (token x head group on blockIdx.x) beyond 65535.
+TEST_P(PortablePrefill, SeventyThousandQueries) {
+  SMLA_SKIP_WITHOUT_GPU();
+  verify::PrefillRecipe r;
+  r.d_qk = GetParam();
+  r.s_q = 70000;
+  r.s_kv = 48;
+  r.h_q = 2;
+  r.topk = 8;
+  r.seed = 70000;
+  check_case(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(DQk, PortablePrefill, ::testing::Values(576, 512),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return "d" + std::to_string(info.param);
+                         });
+
+}  // namespace
+}  // namespace sparse_mla
