@@ -137,7 +137,8 @@ void declare_flags(FlagSet* f, Settings* s) {
   f->add_int("s_kv", &s->s_kv, "prefill: kv rows; decode: cache tokens per request", 1,
              int64_t{1} << 31);
   f->add_int("h_q", &s->h_q, "query heads", 1, 128);
-  f->add_int("d_qk", &s->d_qk, "prefill: 512 or 576 (decode: from --format)", 512, 576);
+  f->add_int("d_qk", &s->d_qk, "prefill: 512 or 576 (decode: the format's; bf16: 576)", 512,
+             576);
   f->add_int("topk", &s->topk, "index slots per query", 1, 1 << 20);
   f->add_string("format", &s->format, "decode: KV-cache format", {"v32_fp8", "v4_fp8", "bf16"});
   f->add_int("page_block_size", &s->page_block_size, "decode: tokens per page block", 1, 1 << 16);
@@ -147,6 +148,10 @@ void declare_flags(FlagSet* f, Settings* s) {
              1, 1 << 16);
   f->add_int("extra_s_kv", &s->extra_s_kv,
              "decode: extra cache tokens per request (0 = --s_kv)", 0, int64_t{1} << 31);
+  f->set_default_text("scale", "");
+  for (const char* needed_with_op : {"s_q", "s_kv", "h_q", "d_qk", "topk"}) {
+    f->set_default_text(needed_with_op, "");
+  }
 }
 
 // The case given by --op and the shape flags.

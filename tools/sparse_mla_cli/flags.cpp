@@ -124,6 +124,10 @@ void FlagSet::add_switch(const std::string& name, bool* value, std::string help)
   add(name, std::move(f));
 }
 
+void FlagSet::set_default_text(const std::string& name, std::string text) {
+  flags_.at(name).default_text = std::move(text);
+}
+
 Status FlagSet::parse(const std::vector<std::string>& args) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
@@ -165,7 +169,9 @@ std::string FlagSet::usage() const {
     const Flag& f = flags_.at(name);
     std::string head = "  --" + name + (f.is_switch ? "" : " V");
     os << head;
-    for (size_t pad = head.size(); pad < 28; ++pad) os << ' ';
+    // Help text in a column; a longer flag gets two spaces.
+    for (size_t pad = head.size(); pad < 30; ++pad) os << ' ';
+    if (head.size() >= 30) os << "  ";
     os << f.help;
     if (!f.is_switch && !f.default_text.empty()) os << " [" << f.default_text << "]";
     os << "\n";

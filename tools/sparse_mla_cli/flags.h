@@ -32,6 +32,8 @@ class FlagSet {
   void add_string(const std::string& name, std::string* value, std::string help,
                   std::vector<std::string> choices = {});
   void add_switch(const std::string& name, bool* value, std::string help);
+  // What usage() shows as the default ("" = nothing), for flags whose default depends on others.
+  void set_default_text(const std::string& name, std::string text);
 
   // Parses args (argv without the program and sub-command names). `--help` sets help_requested().
   Status parse(const std::vector<std::string>& args);
