@@ -154,13 +154,13 @@ void AttentionTile::process_tile() {
   if (n == 0) return;
   total_rows_ += n;
 
-  // K^T [d_qk, kTileRows], in kLanes x kLanes squares so reads and writes both stay local.
+  // K^T [d_qk, kTileRows], one kLanes x kLanes square at a time, transposed in registers.
   for (int j0 = 0; j0 < kTileRows; j0 += kLanes) {
     for (int d0 = 0; d0 < d_qk_; d0 += kLanes) {
-      for (int j = j0; j < j0 + kLanes; ++j) {
-        const float* src = k_rows_ + int64_t{j} * d_qk_ + d0;
-        for (int d = 0; d < kLanes; ++d) k_trans_[(d0 + d) * kTileRows + j] = src[d];
-      }
+      VecF square[kLanes];
+      for (int i = 0; i < kLanes; ++i) square[i] = simd::load(k_rows_ + (j0 + i) * d_qk_ + d0);
+      simd::transpose(square);
+      for (int i = 0; i < kLanes; ++i) simd::store(k_trans_ + (d0 + i) * kTileRows + j0, square[i]);
     }
   }
 

@@ -2,19 +2,27 @@
 // the valid main-list slots and then of the valid extra-list slots into AttentionTile's fp32
 // tile; both lists feed the same online softmax, so they form one softmax as SPEC §3 asks.
 #include "cpu/cpu_backend.h"
-#include "cpu/fp8.h"
+#include "cpu/row_gather.h"
 
 namespace sparse_mla::cpu {
 namespace {
 
-// Feeds the valid slots of one index list of query (b, s) into the tile.
+// Feeds the valid slots of one index list of query (b, s) into the tile, prefetching the rows
+// kPrefetchRows slots ahead.
 void gather_list(const detail::KvCacheParams& cache, const detail::IndexListParams& list,
                  int64_t b, int64_t s, AttentionTile* tile) {
-  const KvTokenReader reader(cache);
+  const CacheRowReader reader(cache);
   const int64_t num_slots = cache.num_slots();
   const int64_t length = detail::effective_topk(list, b, s);
   const int32_t* indices = list.indices + b * list.indices_stride_b + s * list.indices_stride_s;
+  for (int64_t k = 0; k < std::min<int64_t>(length, kPrefetchRows); ++k) {
+    if (indices[k] >= 0 && indices[k] < num_slots) reader.prefetch(indices[k]);
+  }
   for (int64_t k = 0; k < length; ++k) {
+    if (k + kPrefetchRows < length) {
+      const int32_t ahead = indices[k + kPrefetchRows];
+      if (ahead >= 0 && ahead < num_slots) reader.prefetch(ahead);
+    }
     const int32_t slot = indices[k];
     if (slot < 0 || slot >= num_slots) continue;
     reader.read(slot, tile->row());

@@ -1,10 +1,8 @@
 // CPU back end, sparse prefill: per (query token, head group) task, gather the bf16 rows of the
-// valid slots into AttentionTile's fp32 tile (invalid slots are skipped, never read) and let the
-// tile's blocked GEMMs and online softmax do the rest.
-#include <cstring>
-
+// valid slots into AttentionTile's fp32 tile (invalid slots are skipped, never read; rows are
+// prefetched a few slots ahead) and let the tile's blocked GEMMs and online softmax do the rest.
 #include "cpu/cpu_backend.h"
-#include "cpu/fp8.h"
+#include "cpu/row_gather.h"
 
 namespace sparse_mla::cpu {
 
@@ -27,12 +25,19 @@ Status cpu_sparse_prefill(const detail::PrefillParams& p, const RunOptions& opti
       length = std::clamp<int64_t>(p.topk_length[i * p.topk_length_stride], 0, pr.topk);
     }
     const int32_t* list = p.indices + i * p.indices_stride_s;
+    const int64_t row_bytes = int64_t{d_qk} * 2;
+    auto prefetch = [&](int64_t k) {
+      const int32_t idx = list[k];
+      if (idx >= 0 && idx < pr.s_kv) {
+        prefetch_bytes(reinterpret_cast<const uint8_t*>(p.kv + idx * p.kv_stride_s), row_bytes);
+      }
+    };
+    for (int64_t k = 0; k < std::min<int64_t>(length, kPrefetchRows); ++k) prefetch(k);
     for (int64_t k = 0; k < length; ++k) {
+      if (k + kPrefetchRows < length) prefetch(k + kPrefetchRows);
       const int32_t idx = list[k];
       if (idx < 0 || idx >= pr.s_kv) continue;
-      const uint16_t* src = p.kv + idx * p.kv_stride_s;
-      float* row = tile.row();
-      for (int d = 0; d < d_qk; ++d) row[d] = bf16_to_float_inline(src[d]);
+      bf16_to_float_row(p.kv + idx * p.kv_stride_s, d_qk, tile.row());
       tile.commit_row();
     }
     tile.finish(p.attn_sink != nullptr ? p.attn_sink + h0 * p.attn_sink_stride : nullptr,

@@ -66,4 +66,37 @@ inline VecF exp2_nonpositive(VecF x) {
   return x < -126.0f ? splat(0.0f) : result;
 }
 
+// Transposes a kLanes x kLanes block in registers: afterwards rows[c][i] = old rows[i][c].
+// log2(kLanes) butterfly stages; stage B swaps bit B between row and column index, moving
+// element (r, c) with r & B != c & B to (r ^ B, c ^ B). One two-source permute per row per stage
+// (vpermt2ps with AVX-512).
+template <int B>
+inline void transpose_stage(VecF* rows) {
+  VecI lo, hi;  // lanes 0..kLanes-1 pick from the first source, kLanes.. from the second
+  for (int c = 0; c < kLanes; ++c) {
+    lo[c] = (c & B) ? kLanes + c - B : c;
+    hi[c] = (c & B) ? kLanes + c : c + B;
+  }
+  for (int r = 0; r < kLanes; ++r) {
+    if (r & B) continue;
+    const VecF a = rows[r], b = rows[r + B];
+#if defined(__clang__)
+    for (int c = 0; c < kLanes; ++c) {
+      rows[r][c] = lo[c] < kLanes ? a[lo[c]] : b[lo[c] - kLanes];
+      rows[r + B][c] = hi[c] < kLanes ? a[hi[c]] : b[hi[c] - kLanes];
+    }
+#else
+    rows[r] = __builtin_shuffle(a, b, lo);
+    rows[r + B] = __builtin_shuffle(a, b, hi);
+#endif
+  }
+}
+
+inline void transpose(VecF* rows) {
+  if constexpr (kLanes >= 16) transpose_stage<8>(rows);
+  if constexpr (kLanes >= 8) transpose_stage<4>(rows);
+  transpose_stage<2>(rows);
+  transpose_stage<1>(rows);
+}
+
 }  // namespace sparse_mla::cpu::simd
