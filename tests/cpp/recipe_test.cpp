@@ -1,0 +1,130 @@
+// The SPEC §5 recipe delivers what the back-end tests rely on: determinism per seed, every
+// invalid-index kind, lonely queries, all topk_length kinds, all sink kinds, padded layouts with
+// NaN padding, and NaN poison in exactly the rows no valid slot references (decode: in the
+// quantized cache, so it survives quantization).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <vector>
+
+#include "sparse_mla/sparse_mla.h"
+#include "verify/recipe.h"
+
+namespace sparse_mla::verify {
+namespace {
+
+TEST(Recipe, PrefillIsDeterministicAndCoversTheMixture) {
+  PrefillRecipe r;
+  r.s_q = 64;
+  r.s_kv = 300;
+  r.topk = 100;
+  r.h_q = 32;
+  PrefillCase a, b;
+  ASSERT_TRUE(make_prefill_case(r, &a).ok());
+  ASSERT_TRUE(make_prefill_case(r, &b).ok());
+  EXPECT_EQ(a.indices, b.indices);
+  EXPECT_EQ(0, std::memcmp(a.q.data(), b.q.data(), a.q.size() * 2));
+
+  std::set<int32_t> invalid_kinds;
+  for (int32_t v : a.indices) {
+    if (v < 0 || v >= r.s_kv) invalid_kinds.insert(v);
+  }
+  for (int32_t v : {INT_MIN, -123456, -1, 300, 114514, INT_MAX}) {
+    EXPECT_TRUE(invalid_kinds.count(v)) << v;
+  }
+  std::set<int32_t> lengths(a.topk_length.begin(), a.topk_length.end());
+  EXPECT_TRUE(lengths.count(0) && lengths.count(1) && lengths.count(100));
+  EXPECT_GT(lengths.size(), 4u);  // and values in between
+
+  int pos_inf = 0, neg_inf = 0, finite = 0;
+  for (int64_t h = 0; h < r.h_q; ++h) {
+    float s = a.attn_sink[h * a.attn_sink_view->strides[0]];
+    pos_inf += s == INFINITY;
+    neg_inf += s == -INFINITY;
+    finite += std::isfinite(s);
+  }
+  EXPECT_GT(pos_inf, 0);
+  EXPECT_GT(neg_inf, 0);
+  EXPECT_GT(finite, 0);
+
+  EXPECT_FALSE(a.q_view.is_contiguous());
+  EXPECT_TRUE(std::isnan(bf16_to_float(a.q[r.d_qk])));  // padding after the first row
+  EXPECT_LT(a.valid_slots, a.attended);
+}
+
+TEST(Recipe, PrefillPoisonsExactlyTheUnreferencedRows) {
+  PrefillRecipe r;
+  r.s_q = 16;
+  r.s_kv = 2000;
+  PrefillCase c;
+  ASSERT_TRUE(make_prefill_case(r, &c).ok());
+  std::vector<bool> referenced(r.s_kv, false);
+  const int64_t idx_stride = c.indices_view.strides[0], len_stride = c.topk_length_view->strides[0];
+  for (int64_t i = 0; i < r.s_q; ++i) {
+    int64_t len = std::clamp<int64_t>(c.topk_length[i * len_stride], 0, r.topk);
+    for (int64_t k = 0; k < len; ++k) {
+      int32_t v = c.indices[i * idx_stride + k];
+      if (v >= 0 && v < r.s_kv) referenced[v] = true;
+    }
+  }
+  const int64_t kv_stride = c.kv_view.strides[0];
+  for (int64_t j = 0; j < r.s_kv; ++j) {
+    ASSERT_EQ(std::isnan(bf16_to_float(c.kv[j * kv_stride])), !referenced[j]) << j;
+  }
+}
+
+TEST(Recipe, DecodePoisonSurvivesQuantization) {
+  for (KvCacheFormat f : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8, KvCacheFormat::kBf16}) {
+    DecodeRecipe r;
+    r.format = f;
+    r.b = 3;
+    r.s_q = 2;
+    r.page_block_size = 53;
+    r.extra_cache = true;
+    DecodeCase c;
+    ASSERT_TRUE(make_decode_case(r, &c).ok());
+    const int64_t slots = c.cache_view.num_slots();
+    std::vector<float> row(c.problem.d_qk);
+    int64_t poisoned = 0;
+    for (int64_t slot = 0; slot < slots; ++slot) {
+      dequantize_kv_token(c.cache_view, slot, row.data());
+      bool any_nan = false;
+      for (float x : row) any_nan = any_nan || std::isnan(x);
+      poisoned += any_nan;
+    }
+    EXPECT_EQ(poisoned, slots - c.retrieved_main) << kv_cache_format_name(f);
+    EXPECT_GT(c.retrieved_extra, 0);
+  }
+}
+
+TEST(Recipe, LargeBenchCaseIsQuick) {
+  // The largest benchmark shape's index lists and q at 1/16 of s_q: generation must stay
+  // proportional (seconds for the full bench case).
+  PrefillRecipe r;
+  r.s_q = 256;
+  r.h_q = 128;
+  r.topk = 2048;
+  r.s_kv = 131072;
+  PrefillCase c;
+  ASSERT_TRUE(make_prefill_case(r, &c).ok());
+  EXPECT_EQ(c.problem.s_kv, 131072);
+}
+
+TEST(Recipe, RejectsImpossibleRecipes) {
+  PrefillRecipe r;
+  r.d_qk = 128;
+  PrefillCase c;
+  EXPECT_FALSE(make_prefill_case(r, &c).ok());
+  DecodeRecipe d;
+  d.format = KvCacheFormat::kV4Fp8;
+  d.d_qk = 576;  // v4 is 512 only
+  DecodeCase dc;
+  EXPECT_FALSE(make_decode_case(d, &dc).ok());
+}
+
+}  // namespace
+}  // namespace sparse_mla::verify
