@@ -36,8 +36,8 @@ if [[ $(installed_torch || true) != "$torch_version" ]] || ! torch_ok; then
   log "installing torch $torch_version without its CUDA wheels" \
     "(pip then warns that torch's CUDA requirements are missing: expected)"
   "${pip[@]}" --no-deps "torch==$torch_version"
-  # torch's pure-Python requirements, and numpy (torch warns without it).
-  "${pip[@]}" numpy filelock "typing-extensions>=4.13" "setuptools>=77.0.3" "sympy>=1.13.3" \
+  # torch's pure-Python requirements.
+  "${pip[@]}" filelock "typing-extensions>=4.13" "setuptools>=77.0.3" "sympy>=1.13.3" \
     "networkx>=2.5.1" jinja2 "fsspec>=0.8.5"
   # The CUDA libraries torch links that the CUDA 13.0 toolkit lacks (cuFile, cuSPARSELt,
   # NVSHMEM) or has in a version older than torch's (NCCL); pins from torch 2.15.0's metadata.
@@ -49,7 +49,8 @@ if [[ $(installed_torch || true) != "$torch_version" ]] || ! torch_ok; then
     torch_ok || { log "torch $torch_version does not import"; exit 1; }
   fi
 fi
-"${pip[@]}" "scikit-build-core>=0.10" "pytest>=7"
+# The build backend and the test runner; numpy only silences torch's warning about its absence.
+"${pip[@]}" "scikit-build-core>=0.10" "pytest>=7" numpy
 
 if [[ -z ${SMLA_ENABLE_CUDA:-} ]]; then
   # CUDA back end only where it can run: a visible GPU and nvcc of torch's CUDA major version.

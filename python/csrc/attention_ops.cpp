@@ -139,7 +139,7 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
     TORCH_CHECK_VALUE(buffer.scalar_type() == at::kByte && buffer.is_contiguous(), prefix,
                       " must be a contiguous uint8 tensor, got ", buffer.scalar_type());
   } else {
-    TORCH_CHECK_VALUE(!reuse_schedule, kOp,
+    TORCH_CHECK_VALUE(!reuse_schedule || plan.workspace_bytes == 0, kOp,
                       ": reuse_schedule is set but no workspace holding a schedule was given");
     if (plan.workspace_bytes > 0) {
       buffer = at::empty({static_cast<int64_t>(plan.workspace_bytes)},
