@@ -104,22 +104,22 @@ void check_case(const verify::DecodeRecipe& recipe) {
   verify::DeviceDecodeInputs inputs;
   SMLA_ASSERT_OK(verify::upload(c, kGpu, &inputs));
 
-  RunOptions options;
-  options.backend = Backend::kCuda;
-  SparseDecodeProblem problem;
-  SMLA_ASSERT_OK(describe_sparse_decode(inputs.args_template, &problem));
-  DecodePlan plan;
-  SMLA_ASSERT_OK(plan_sparse_decode(problem, &plan, options));
-  ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;
-  Buffer workspace;
-  SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes, &workspace));
-
   verify::DecodeOutputs got0, got1, expected;
   verify::allocate_outputs(c.problem, &got0, recipe.padded_strides);
   verify::allocate_outputs(c.problem, &got1, recipe.padded_strides);
   DeviceOutputs d0, d1;
   SMLA_ASSERT_OK(make_device_outputs(got0, inputs.args_template, &d0));
   SMLA_ASSERT_OK(make_device_outputs(got1, inputs.args_template, &d1));
+
+  RunOptions options;
+  options.backend = Backend::kCuda;
+  SparseDecodeProblem problem;
+  SMLA_ASSERT_OK(describe_sparse_decode(d0.args, &problem));
+  DecodePlan plan;
+  SMLA_ASSERT_OK(plan_sparse_decode(problem, &plan, options));
+  ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;
+  Buffer workspace;
+  SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes, &workspace));
   SMLA_ASSERT_OK(sparse_decode(d0.args, plan, workspace.data(), plan.workspace_bytes,
                                DecodeSchedule::kBuild, options));
   SMLA_ASSERT_OK(sparse_decode(d1.args, plan, workspace.data(), plan.workspace_bytes,
