@@ -14,7 +14,7 @@ sparse_decode}``; the fake implementations registered below let ``torch.compile`
 from __future__ import annotations
 
 import dataclasses
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -92,6 +92,7 @@ class DecodePlan:
         kernel: the kernel variant that runs.
         reason: why this kernel and split count.
         workspace: ``[workspace_bytes]`` uint8 on the tensors' device, or None when 0 bytes.
+        shapes: the argument shapes the plan was made for (name -> shape, None if absent).
     """
 
     workspace_bytes: int
@@ -100,6 +101,16 @@ class DecodePlan:
     kernel: str
     reason: str
     workspace: Optional[torch.Tensor]
+    shapes: Dict[str, Optional[Tuple[int, ...]]]
+
+
+_PLANNED_ARGS = ("q", "kv_cache", "indices", "topk_length", "attn_sink", "extra_kv_cache",
+                 "extra_indices", "extra_topk_length")
+
+
+def _shapes(*tensors: Optional[torch.Tensor]) -> Dict[str, Optional[Tuple[int, ...]]]:
+    """Shapes of the planned arguments, in _PLANNED_ARGS order."""
+    return {name: None if t is None else tuple(t.shape) for name, t in zip(_PLANNED_ARGS, tensors)}
 
 
 def plan_decode(
@@ -131,7 +142,9 @@ def plan_decode(
     workspace = None
     if workspace_bytes > 0:
         workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
-    return DecodePlan(workspace_bytes, num_sm_parts, backend, kernel, reason, workspace)
+    shapes = _shapes(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                     extra_topk_length)
+    return DecodePlan(workspace_bytes, num_sm_parts, backend, kernel, reason, workspace, shapes)
 
 
 def sparse_decode(
@@ -189,7 +202,17 @@ def sparse_decode(
         lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
     if reuse_schedule and plan is None:
         raise ValueError("sparse_decode: reuse_schedule=True needs the plan whose schedule to reuse")
-    workspace = plan.workspace if plan is not None else None
+    workspace = None
+    if plan is not None:
+        shapes = _shapes(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
+                         extra_indices, extra_topk_length)
+        for name, shape in shapes.items():
+            if shape != plan.shapes[name]:
+                raise ValueError(
+                    f"sparse_decode: the arguments do not match the plan: {name} has shape "
+                    f"{shape}, the plan was made for {plan.shapes[name]}"
+                )
+        workspace = plan.workspace
     torch.ops.sparse_mla.sparse_decode(
         q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
         extra_topk_length, _format_name(kv_format),

@@ -1,0 +1,13 @@
+"""pytest set-up: tests marked `gpu` run only where torch sees a CUDA device."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (torch.cuda.is_available() is False)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
