@@ -62,7 +62,11 @@ finish() {
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu \
     --format=csv,noheader 2>&1
-  echo "commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  if commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null); then
+    echo "commit $commit$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  else
+    echo "commit unknown (no git metadata on this machine)"
+  fi
   nvcc --version 2>&1 | tail -1
   cmake --version 2>&1 | head -1
   nvidia-smi -q -d CLOCK 2>&1
@@ -90,7 +94,7 @@ if [[ $rc != 0 ]]; then
   tail -30 "$OUT_DIR/build.log"
   finish
 fi
-row build "ok ($(grep -c 'warning' "$OUT_DIR/build.log") warning lines)" $(($(date +%s) - t0)) build.log
+row build "ok ($(grep -c 'warning:' "$OUT_DIR/build.log") compiler warnings)" $(($(date +%s) - t0)) build.log
 
 # ---- GPU tests --------------------------------------------------------------------------------
 t0=$(date +%s)
