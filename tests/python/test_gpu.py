@@ -1,0 +1,160 @@
+"""CUDA tensors: the CUDA back end against the torch reference, torch's current stream, CUDA-graph
+capture of a decode step (explicit plan and FlashMLA's lazily filled holder), the codec's host
+staging, and torch.compile. Marked `gpu`: skipped where torch sees no CUDA device."""
+
+import pytest
+import torch
+
+import sparse_mla
+import sparse_mla.flash_mla as flash_mla
+from sparse_mla.reference import sparse_decode_reference, sparse_prefill_reference
+from support import (DECODE_LSE, DECODE_OUT, PREFILL_OUT, PREFILL_STATS, assert_close,
+                     decode_case, prefill_case)
+
+pytestmark = pytest.mark.gpu
+
+
+def to_cuda(args):
+    """The same arguments on the GPU; caches keep their block stride (copied storage-wise)."""
+    moved = {}
+    for key, value in args.items():
+        if isinstance(value, torch.Tensor) and key.endswith("kv_cache"):
+            storage = value.as_strided((value.shape[0] * value.stride(0),), (1,)).cuda()
+            moved[key] = storage.as_strided(value.shape, value.stride())
+        elif isinstance(value, torch.Tensor):
+            moved[key] = value.cuda()
+        else:
+            moved[key] = value
+    return moved
+
+
+@pytest.mark.parametrize("h_q,d_qk,topk", [(8, 576, 64), (64, 512, 100), (128, 576, 128),
+                                            (16, 512, 37)])
+def test_prefill_matches_reference(h_q, d_qk, topk):
+    args = prefill_case(s_q=70, s_kv=300, h_q=h_q, d_qk=d_qk, topk=topk, seed=h_q)
+    out, max_logits, lse = sparse_mla.sparse_prefill(**to_cuda(args))
+    assert out.is_cuda
+    ref_out, ref_max, ref_lse = sparse_prefill_reference(**args)
+    assert_close("out", out, ref_out, PREFILL_OUT)
+    assert_close("max_logits", max_logits, ref_max, PREFILL_STATS)
+    assert_close("lse", lse, ref_lse, PREFILL_STATS)
+
+
+@pytest.mark.parametrize("case", [
+    dict(fmt="v32_fp8", h_q=64, page_block_size=64),
+    dict(fmt="v4_fp8", h_q=64, page_block_size=64, extra=True),
+    dict(fmt="v4_fp8", h_q=128, page_block_size=61, s_q=4, topk_length="token"),
+    dict(fmt="bf16", d_qk=576, h_q=16, page_block_size=53),
+])
+def test_decode_matches_reference(case):
+    args = decode_case(**case, seed=41)
+    cuda_args = to_cuda(args)
+    plan = sparse_mla.plan_decode(
+        cuda_args["q"], cuda_args["kv_cache"], cuda_args["indices"],
+        **{k: cuda_args.get(k) for k in ("topk_length", "attn_sink", "extra_kv_cache",
+                                         "extra_indices", "extra_topk_length")})
+    assert plan.backend == "cuda"
+    out, lse = sparse_mla.sparse_decode(**cuda_args, plan=plan)
+    ref_out, ref_lse = sparse_decode_reference(**args)
+    assert_close("out", out, ref_out, DECODE_OUT)
+    assert_close("lse", lse, ref_lse, DECODE_LSE)
+
+
+def test_runs_on_the_current_stream():
+    """Inputs written on a side stream right before the call are seen by the kernel."""
+    args = to_cuda(prefill_case(s_q=64, s_kv=256, h_q=64, d_qk=576, topk=128, seed=42))
+    expected = sparse_mla.sparse_prefill(**args)[0]
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)  # keeps the stream busy: a kernel on another stream races
+        q = args["q"] * 1  # produced on `stream`
+        out = sparse_mla.sparse_prefill(**dict(args, q=q))[0]
+    torch.cuda.current_stream().wait_stream(stream)
+    assert torch.equal(out, expected)
+
+
+def test_decode_step_in_cuda_graph():
+    """Plan once, capture two layers (build + reuse the schedule), replay with new queries."""
+    args = to_cuda(decode_case(fmt="v4_fp8", b=8, s_q=1, h_q=64, topk=64, page_block_size=64,
+                               extra=True, pad=False, seed=43))
+    keys = ("topk_length", "attn_sink", "extra_kv_cache", "extra_indices", "extra_topk_length")
+    plan = sparse_mla.plan_decode(args["q"], args["kv_cache"], args["indices"],
+                                  **{k: args[k] for k in keys})
+    q0, q1 = args["q"].clone(), (args["q"] * 0.5).contiguous()
+    outs = [torch.empty(8, 1, 64, 512, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+    lses = [torch.empty(8, 1, 64, device="cuda") for _ in range(2)]
+
+    def step():
+        for layer, q in enumerate((q0, q1)):
+            sparse_mla.sparse_decode(**dict(args, q=q), plan=plan, reuse_schedule=layer > 0,
+                                     out=outs[layer], lse=lses[layer])
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()  # warm-up outside the graph
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    q0.copy_(torch.randn_like(q0, dtype=torch.float32).clamp(-1, 1).to(torch.bfloat16))
+    q1.copy_(q0 * 2)
+    graph.replay()
+    torch.cuda.synchronize()
+    for q, out, lse in zip((q0, q1), outs, lses):
+        ref_out, ref_lse = sparse_decode_reference(**dict(args, q=q))  # torch ops, on the GPU
+        assert_close("out", out, ref_out, DECODE_OUT)
+        assert_close("lse", lse, ref_lse, DECODE_LSE)
+
+
+def test_flash_mla_holder_filled_inside_capture():
+    """vLLM's pattern: get_mla_metadata() per step, the first call inside the captured graph."""
+    args = to_cuda(decode_case(fmt="v32_fp8", b=4, s_q=2, h_q=64, topk=64, page_block_size=64,
+                               pad=False, seed=44))
+    expected = flash_mla.flash_mla_with_kvcache(
+        args["q"], args["kv_cache"], None, None, 512, flash_mla.get_mla_metadata()[0],
+        is_fp8_kvcache=True, indices=args["indices"], attn_sink=args["attn_sink"],
+        topk_length=args["topk_length"])
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        with torch.cuda.graph(graph):
+            meta, _ = flash_mla.get_mla_metadata()
+            results = [flash_mla.flash_mla_with_kvcache(
+                args["q"], args["kv_cache"], None, None, 512, meta, is_fp8_kvcache=True,
+                indices=args["indices"], attn_sink=args["attn_sink"],
+                topk_length=args["topk_length"]) for _ in range(2)]
+    torch.cuda.current_stream().wait_stream(side)
+    graph.replay()
+    torch.cuda.synchronize()
+    for out, lse in results:
+        assert torch.equal(out, expected[0]) and torch.equal(lse, expected[1])
+
+
+def test_codec_on_cuda_tensors():
+    rows = (torch.randn(3, 64, 1, 512) / 10).to(torch.bfloat16)
+    host = sparse_mla.quantize_kv_cache(rows, "v4_fp8")
+    device = sparse_mla.quantize_kv_cache(rows.cuda(), "v4_fp8")
+    assert device.is_cuda and device.stride() == host.stride()
+    assert torch.equal(device.cpu(), host)
+    assert torch.equal(sparse_mla.dequantize_kv_cache(device).cpu(),
+                       sparse_mla.dequantize_kv_cache(host))
+
+
+def test_compile_fullgraph_on_cuda():
+    torch._dynamo.reset()
+    args = to_cuda(decode_case(fmt="v32_fp8", b=2, s_q=1, h_q=64, topk=64, page_block_size=64,
+                               pad=False, seed=45))
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def run(q):
+        out, lse = sparse_mla.sparse_decode(q, args["kv_cache"], args["indices"],
+                                            topk_length=args["topk_length"])
+        return out.float() * 2, lse
+
+    out, lse = run(args["q"])
+    want_out, want_lse = sparse_mla.sparse_decode(args["q"], args["kv_cache"], args["indices"],
+                                                  topk_length=args["topk_length"])
+    assert torch.equal(out, want_out.float() * 2) and torch.equal(lse, want_lse)

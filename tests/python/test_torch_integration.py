@@ -1,0 +1,117 @@
+"""Torch integration: the operators' schemas and fake implementations (torch.library.opcheck),
+torch.compile(fullgraph=True) over the ops, and Status -> exception mapping."""
+
+import pytest
+import torch
+
+import sparse_mla
+from support import decode_case, prefill_case
+
+
+def prefill_op_args(args):
+    s_q, h_q = args["q"].shape[:2]
+    return (args["q"], args["kv"], args["indices"], args["sm_scale"], 512, args["attn_sink"],
+            args["topk_length"], torch.empty(s_q, h_q, 512, dtype=torch.bfloat16),
+            torch.empty(s_q, h_q), torch.empty(s_q, h_q))
+
+
+def decode_op_args(args):
+    b, s_q, h_q = args["q"].shape[:3]
+    return (args["q"], args["kv_cache"], args["indices"], args["topk_length"], args["attn_sink"],
+            args.get("extra_kv_cache"), args.get("extra_indices"),
+            args.get("extra_topk_length"), None, args["softmax_scale"], 512, None, False,
+            torch.empty(b, s_q, h_q, 512, dtype=torch.bfloat16), torch.empty(b, s_q, h_q))
+
+
+def test_opcheck_sparse_prefill():
+    args = prefill_case(s_q=3, s_kv=40, h_q=4, d_qk=512, topk=16, seed=31)
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_prefill.default, prefill_op_args(args))
+
+
+@pytest.mark.parametrize("extra", [False, True])
+def test_opcheck_sparse_decode(extra):
+    # opcheck clones the inputs, and a clone of a cache view drops the padding between blocks: use
+    # page sizes whose v4 blocks need none (72 * 584 is a multiple of 576).
+    args = decode_case(fmt="v4_fp8", b=2, s_q=1, h_q=4, topk=16, page_block_size=72, extra=extra,
+                       extra_page_block_size=72, pad=False, seed=32)
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_decode.default, decode_op_args(args))
+
+
+def test_opcheck_kv_cache_codec():
+    rows = (torch.randn(2, 3, 1, 576) / 10).to(torch.bfloat16)
+    cache = sparse_mla.empty_kv_cache(2, 3, "v32_fp8")
+    torch.library.opcheck(torch.ops.sparse_mla.quantize_kv_cache.default,
+                          (rows, "v32_fp8", cache))
+    torch.library.opcheck(torch.ops.sparse_mla.dequantize_kv_cache.default,
+                          (cache, None, torch.empty(2, 3, 1, 576)))
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph(backend):
+    """A function calling both ops compiles without graph breaks and matches eager mode."""
+    torch._dynamo.reset()
+    p = prefill_case(s_q=3, s_kv=40, h_q=4, d_qk=512, topk=16, pad=False, seed=33)
+    d = decode_case(fmt="v32_fp8", b=2, s_q=1, h_q=4, topk=16, page_block_size=16, pad=False,
+                    seed=34)
+
+    def step(q, kv, indices, attn_sink, q_dec, kv_cache, dec_indices, topk_length):
+        out, _, lse = sparse_mla.sparse_prefill(q, kv, indices, 0.1, attn_sink=attn_sink)
+        dec_out, dec_lse = sparse_mla.sparse_decode(q_dec, kv_cache, dec_indices,
+                                                    topk_length=topk_length)
+        return out.float() * 2, lse + 1, dec_out.float().sum(-1), dec_lse
+
+    inputs = (p["q"], p["kv"], p["indices"], p["attn_sink"], d["q"], d["kv_cache"],
+              d["indices"], d["topk_length"])
+    compiled = torch.compile(step, fullgraph=True, backend=backend)
+    for got, want in zip(compiled(*inputs), step(*inputs)):
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
+def test_compile_with_out_buffers_and_plan():
+    torch._dynamo.reset()
+    d = decode_case(fmt="v4_fp8", b=2, s_q=2, h_q=8, topk=16, page_block_size=8, pad=False,
+                    seed=35)
+    plan = sparse_mla.plan_decode(d["q"], d["kv_cache"], d["indices"],
+                                  topk_length=d["topk_length"])
+    out = torch.empty(2, 2, 8, 512, dtype=torch.bfloat16)
+    lse = torch.empty(2, 2, 8)
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def layer(q):
+        sparse_mla.sparse_decode(q, d["kv_cache"], d["indices"], topk_length=d["topk_length"],
+                                 plan=plan, out=out, lse=lse)
+        return out.float().abs().sum()
+
+    total = layer(d["q"])
+    want_out, want_lse = sparse_mla.sparse_decode(d["q"], d["kv_cache"], d["indices"],
+                                                  topk_length=d["topk_length"])
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)
+    assert total.item() == want_out.float().abs().sum().item()
+
+
+def test_errors_keep_the_library_text():
+    """kInvalidArgument -> ValueError with the C++ message unchanged."""
+    args = prefill_case(s_q=2, s_kv=16, h_q=4, d_qk=576, topk=8, seed=36)
+    with pytest.raises(ValueError) as error:
+        sparse_mla.sparse_prefill(**dict(args, q=args["q"].float()))
+    assert str(error.value) == "sparse_prefill: q must be bf16, got fp32"
+    with pytest.raises(ValueError) as error:
+        sparse_mla.sparse_prefill(**args, d_v=256)
+    assert str(error.value) == "sparse_prefill: d_v = 256 is not supported; d_v must be 512"
+    big = torch.zeros(2, 129, 576, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match=r"q.sizes\[1\] \(h_q\) = 129 is out of range \[1, 128\]"):
+        sparse_mla.sparse_prefill(big, args["kv"], args["indices"], 0.1)
+    with pytest.raises(ValueError, match="sparse_prefill: q has dtype Double, which no argument"):
+        sparse_mla.sparse_prefill(big.double(), args["kv"], args["indices"], 0.1)
+    d = decode_case(fmt="v32_fp8", b=2, page_block_size=16, seed=37)
+    with pytest.raises(ValueError, match="sparse_decode: indices.sizes\\[0\\] \\(b\\) = 1, "
+                                         "expected 2"):
+        sparse_mla.sparse_decode(**dict(d, indices=d["indices"][:1]))
+
+
+def test_outputs_untouched_on_error():
+    args = prefill_case(s_q=2, s_kv=16, h_q=4, d_qk=576, topk=8, seed=38)
+    out = torch.full((2, 4, 512), 7.0, dtype=torch.bfloat16)
+    with pytest.raises(ValueError):
+        sparse_mla.sparse_prefill(**dict(args, sm_scale=float("nan")), out=out)
+    assert torch.all(out == 7)
