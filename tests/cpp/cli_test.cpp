@@ -75,8 +75,7 @@ TEST(Cli, BadFlagsNameTheFlagAndExitWithTwo) {
 
   CliRun not_a_number = run_cli("bench --scale abc");
   EXPECT_EQ(not_a_number.exit_code, 2) << not_a_number.output;
-  EXPECT_NE(not_a_number.output.find("--scale = 'abc'"), std::string::npos)
-      << not_a_number.output;
+  EXPECT_NE(not_a_number.output.find("--scale = 'abc'"), std::string::npos) << not_a_number.output;
 
   CliRun out_of_range = run_cli("list --h_q 0");
   EXPECT_EQ(out_of_range.exit_code, 2) << out_of_range.output;
@@ -131,8 +130,10 @@ TEST(Cli, BenchPrefillCaseWritesCountedVerifiedJson) {
 TEST(Cli, BenchScaledSuiteDecodeCase) {
   const std::string path = temp_json("decode");
   // v4-flash's b=2 decode row, scaled to one request.
-  CliRun r = run_cli("bench --backend cpu --suite v4-flash --filter 'b=2 ' --scale 0.01 --iters 3 "
-                  "--json " + path);
+  CliRun r = run_cli(
+      "bench --backend cpu --suite v4-flash --filter 'b=2 ' --scale 0.01 --iters 3 "
+      "--json " +
+      path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("[1/1]"), std::string::npos) << r.output;  // progress line
   nlohmann::json j = read_json(path);

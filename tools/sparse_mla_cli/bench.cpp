@@ -40,8 +40,9 @@ constexpr int kGpuWarmup = 3;
 // CPU: as many runs as fit --time_budget, at least 3 (a median needs a few) and at most 20.
 constexpr int kCpuMinRuns = 3;
 constexpr int kCpuMaxRuns = 20;
-// The CPU default scale keeps the default suite under a minute on a 2-core machine (measured:
-// see benchmarks/README.md); a GPU runs full size.
+// The CPU default scale keeps the default suite under a minute on a 2-core machine: measured
+// 20 s (idle) to 53 s (load ~7 from other jobs) on the project's shared 2-core VM, verification
+// included. A GPU runs full size.
 constexpr double kCpuDefaultScale = 0.01;
 
 struct Settings {
@@ -68,14 +69,14 @@ struct Settings {
 };
 
 struct Ceilings {
-  double flop_per_s = 0;   // 0 = not known
+  double flop_per_s = 0;  // 0 = not known
   double bytes_per_s = 0;
   std::string flop_source, bytes_source;
 };
 
 struct CaseResult {
-  BenchCase full;   // as the suite defines it
-  BenchCase run;    // as run (scaled)
+  BenchCase full;  // as the suite defines it
+  BenchCase run;   // as run (scaled)
   std::string kernel;
   std::string plan_reason;
   std::string error;  // non-empty: the case did not run
@@ -111,8 +112,8 @@ void declare_flags(FlagSet* f, Settings* s) {
                 "on CUDA, 0.01 otherwise",
                 1e-6, 1.0);
   f->add_string("filter", &s->filter, "run only cases whose name contains this text");
-  f->add_int("iters", &s->iters, "timed runs per case; 0 = 20 on CUDA, 3..20 by --time_budget",
-             0, 100000);
+  f->add_int("iters", &s->iters, "timed runs per case; 0 = 20 on CUDA, 3..20 by --time_budget", 0,
+             100000);
   f->add_int("warmup", &s->warmup, "untimed runs first; -1 = 3 on CUDA, 1 on the CPU", -1, 1000);
   f->add_int("seed", &s->seed, "seed of the random case data", 0, INT64_MAX);
   f->add_int("threads", &s->threads, "CPU back end threads; 0 = all", 0, 4096);
@@ -122,10 +123,8 @@ void declare_flags(FlagSet* f, Settings* s) {
                 "or not at all",
                 {"full", "subset", "off"});
   f->add_double("verify_gflop", &s->verify_gflop,
-                "reference work per case (GFLOP) above which only a subset is verified", 1e-6,
-                1e9);
-  f->add_double("time_budget", &s->time_budget, "CPU: seconds of timed runs per case", 0.0,
-                3600.0);
+                "reference work per case (GFLOP) above which only a subset is verified", 1e-6, 1e9);
+  f->add_double("time_budget", &s->time_budget, "CPU: seconds of timed runs per case", 0.0, 3600.0);
   f->add_string("json", &s->json_path, "write every number to this JSON file");
   f->add_switch("list_cases", &s->list_cases,
                 "print each selected case as the flags that run it alone, and exit");
@@ -138,17 +137,16 @@ void declare_flags(FlagSet* f, Settings* s) {
   f->add_int("s_kv", &s->s_kv, "prefill: kv rows; decode: cache tokens per request", 1,
              int64_t{1} << 31);
   f->add_int("h_q", &s->h_q, "query heads", 1, 128);
-  f->add_int("d_qk", &s->d_qk, "prefill: 512 or 576 (decode: the format's; bf16: 576)", 512,
-             576);
+  f->add_int("d_qk", &s->d_qk, "prefill: 512 or 576 (decode: the format's; bf16: 576)", 512, 576);
   f->add_int("topk", &s->topk, "index slots per query", 1, 1 << 20);
   f->add_string("format", &s->format, "decode: KV-cache format", {"v32_fp8", "v4_fp8", "bf16"});
   f->add_int("page_block_size", &s->page_block_size, "decode: tokens per page block", 1, 1 << 16);
   f->add_int("extra_topk", &s->extra_topk, "decode: slots of the extra cache; 0 = no extra cache",
              0, 1 << 20);
-  f->add_int("extra_page_block_size", &s->extra_page_block_size, "decode: extra cache page size",
-             1, 1 << 16);
-  f->add_int("extra_s_kv", &s->extra_s_kv,
-             "decode: extra cache tokens per request (0 = --s_kv)", 0, int64_t{1} << 31);
+  f->add_int("extra_page_block_size", &s->extra_page_block_size, "decode: extra cache page size", 1,
+             1 << 16);
+  f->add_int("extra_s_kv", &s->extra_s_kv, "decode: extra cache tokens per request (0 = --s_kv)", 0,
+             int64_t{1} << 31);
   f->set_default_text("scale", "");
   for (const char* needed_with_op : {"s_q", "s_kv", "h_q", "d_qk", "topk"}) {
     f->set_default_text(needed_with_op, "");
@@ -196,9 +194,9 @@ Status select_cases(const Settings& s, const FlagSet& f, std::vector<BenchCase>*
     SMLA_RETURN_IF_ERROR(custom_case(s, f, &c));
     cases->push_back(c);
   } else {
-    for (const char* shape : {"b", "s_q", "s_kv", "h_q", "d_qk", "topk", "format",
-                              "page_block_size", "extra_topk", "extra_page_block_size",
-                              "extra_s_kv"}) {
+    for (const char* shape :
+         {"b", "s_q", "s_kv", "h_q", "d_qk", "topk", "format", "page_block_size", "extra_topk",
+          "extra_page_block_size", "extra_s_kv"}) {
       if (f.was_set(shape)) {
         return invalid_argument("--" + std::string(shape) + " describes a single case: add --op");
       }
@@ -211,9 +209,8 @@ Status select_cases(const Settings& s, const FlagSet& f, std::vector<BenchCase>*
     }
   }
   if (!s.filter.empty()) {
-    std::erase_if(*cases, [&](const BenchCase& c) {
-      return c.name().find(s.filter) == std::string::npos;
-    });
+    std::erase_if(*cases,
+                  [&](const BenchCase& c) { return c.name().find(s.filter) == std::string::npos; });
     if (cases->empty()) {
       return invalid_argument("--filter = '" + s.filter + "' matches no case of the suites");
     }
@@ -272,11 +269,10 @@ class HostCeilings {
     Ceilings c;
     c.flop_per_s = best_flop_;
     c.bytes_per_s = best_bytes_;
-    c.flop_source = gemm_samples_ == 0
-                        ? "not measured: built without CBLAS"
-                        : "fp32 sgemm " + std::to_string(gemm_n_) + "^3, best of " +
-                              std::to_string(gemm_runs_) + " runs over the bench (" + library_ +
-                              ")";
+    c.flop_source = gemm_samples_ == 0 ? "not measured: built without CBLAS"
+                                       : "fp32 sgemm " + std::to_string(gemm_n_) + "^3, best of " +
+                                             std::to_string(gemm_runs_) + " runs over the bench (" +
+                                             library_ + ")";
     c.bytes_source = "host memcpy " + std::to_string(kHostCopyBytes >> 20) + " MiB, " +
                      std::to_string(copy_threads_) + " threads, best of " +
                      std::to_string(copy_runs_) + " runs over the bench";
@@ -309,7 +305,8 @@ Status time_case(const std::function<Status()>& fn, Device device, const Setting
   r->warmup = s.warmup >= 0 ? static_cast<int>(s.warmup) : 1;
   std::vector<double> first;
   // The warm-up runs are timed too: the last one sizes the number of runs.
-  if (r->warmup > 0) SMLA_RETURN_IF_ERROR(time_runs(device, nullptr, fn, 0, r->warmup, false, &first));
+  if (r->warmup > 0)
+    SMLA_RETURN_IF_ERROR(time_runs(device, nullptr, fn, 0, r->warmup, false, &first));
   int runs = static_cast<int>(s.iters);
   if (runs == 0) {
     double one_ms = first.empty() ? 0 : first.back();
@@ -348,8 +345,8 @@ verify::DecodeRecipe decode_recipe(const DecodeShape& d, uint64_t seed) {
   if (d.has_extra) {
     r.extra_topk = d.extra_topk;
     r.extra_page_block_size = d.extra_page_block_size;
-    r.extra_num_blocks = (d.b * d.extra_s_kv + d.extra_page_block_size - 1) /
-                         d.extra_page_block_size;
+    r.extra_num_blocks =
+        (d.b * d.extra_s_kv + d.extra_page_block_size - 1) / d.extra_page_block_size;
   }
   r.topk_length = r.attn_sink = r.extra_topk_length = r.padded_strides = false;
   r.invalid_indices = r.empty_queries = r.poison_unused_rows = false;
@@ -368,8 +365,8 @@ void run_case(const Settings& s, Device device, const RunOptions& options, CaseR
     Status st = verify::make_prefill_case(prefill_recipe(c.prefill, s.seed), &data);
     if (!st.ok()) return fail(st);
     r->make_s = seconds_since(start);
-    r->work = prefill_work(data.problem.s_q, data.problem.h_q, data.problem.d_qk,
-                           data.problem.d_v, data.attended, data.valid_slots);
+    r->work = prefill_work(data.problem.s_q, data.problem.h_q, data.problem.d_qk, data.problem.d_v,
+                           data.attended, data.valid_slots);
     PrefillRunner runner;
     if (st = runner.prepare(data, device, options); !st.ok()) return fail(st);
     r->kernel = runner.kernel();
@@ -456,8 +453,8 @@ void print_table(const std::vector<CaseResult>& results, Backend backend, const 
                  format_percent(r.work.flop / sec / ceil.flop_per_s), format_percent(roof / sec),
                  anchor, ratio ? format_fixed(*ratio, 2) + "x" : "-", verify_cell(r)});
     } else {
-      t.add_row({r.full.name(), run_as(r), backend_name(backend), r.kernel, "0", "-", "-", "-",
-                 "-", "-", "-", "-", anchor, "-", verify_cell(r)});
+      t.add_row({r.full.name(), run_as(r), backend_name(backend), r.kernel, "0", "-", "-", "-", "-",
+                 "-", "-", "-", anchor, "-", verify_cell(r)});
     }
   }
   t.print(std::cout);
@@ -497,11 +494,10 @@ std::vector<HeadRatio> head_ratios(const std::vector<CaseResult>& results) {
   return out;
 }
 
-void print_summaries(const std::vector<CaseResult>& results, Backend backend,
-                     const Ceilings& ceil, const std::vector<HeadRatio>& ratios) {
-  std::cout << "\nceilings: " << format_rate(ceil.flop_per_s, "FLOP/s") << " ("
-            << ceil.flop_source << "), " << format_rate(ceil.bytes_per_s, "B/s") << " ("
-            << ceil.bytes_source << ")\n";
+void print_summaries(const std::vector<CaseResult>& results, Backend backend, const Ceilings& ceil,
+                     const std::vector<HeadRatio>& ratios) {
+  std::cout << "\nceilings: " << format_rate(ceil.flop_per_s, "FLOP/s") << " (" << ceil.flop_source
+            << "), " << format_rate(ceil.bytes_per_s, "B/s") << " (" << ceil.bytes_source << ")\n";
   if (backend != Backend::kCuda && ceil.flop_per_s > 0) {
     for (Operation op : {Operation::kSparsePrefill, Operation::kSparseDecode}) {
       double flop = 0, sec = 0;
@@ -522,14 +518,15 @@ void print_summaries(const std::vector<CaseResult>& results, Backend backend,
   }
   for (const HeadRatio& h : ratios) {
     std::cout << "heads: " << h.group << ": h_q=" << h.h_q << " "
-              << (h.decode ? "takes " : "reaches ") << format_fixed(h.ratio, 2) << "x the h_q="
-              << h.base_h_q << (h.decode ? " time" : " FLOP/s");
+              << (h.decode ? "takes " : "reaches ") << format_fixed(h.ratio, 2)
+              << "x the h_q=" << h.base_h_q << (h.decode ? " time" : " FLOP/s");
     if (h.decode && h.h_q == 16) std::cout << " (goal <= 0.5x)";
     if (!h.decode && (h.h_q == 16 || h.h_q == 32)) std::cout << " (goal >= 0.6x)";
     std::cout << "\n";
   }
   bool subset = false;
-  for (const CaseResult& r : results) subset = subset || (r.verified && r.verify.checked < r.verify.total);
+  for (const CaseResult& r : results)
+    subset = subset || (r.verified && r.verify.checked < r.verify.total);
   if (subset) {
     std::cout << "verified k/n queries: the reference ran on an evenly spaced subset (every i-th "
                  "prefill token; every i-th decode request, or one request's every j-th token), "
@@ -547,8 +544,8 @@ Json shape_json(const BenchCase& c) {
   Json j;
   if (c.op == Operation::kSparsePrefill) {
     const PrefillShape& p = c.prefill;
-    j = {{"s_q", p.s_q}, {"s_kv", p.s_kv}, {"h_q", p.h_q}, {"h_kv", 1},
-         {"d_qk", p.d_qk}, {"d_v", 512}, {"topk", p.topk}};
+    j = {{"s_q", p.s_q},   {"s_kv", p.s_kv}, {"h_q", p.h_q},  {"h_kv", 1},
+         {"d_qk", p.d_qk}, {"d_v", 512},     {"topk", p.topk}};
     return j;
   }
   const DecodeShape& d = c.decode;
@@ -556,8 +553,8 @@ Json shape_json(const BenchCase& c) {
        {"s_q", d.s_q},
        {"h_q", d.h_q},
        {"h_kv", 1},
-       {"d_qk", kv_cache_format_info(d.format).d_qk != 0 ? kv_cache_format_info(d.format).d_qk
-                                                          : 576},
+       {"d_qk",
+        kv_cache_format_info(d.format).d_qk != 0 ? kv_cache_format_info(d.format).d_qk : 576},
        {"d_v", 512},
        {"topk", d.topk},
        {"format", kv_cache_format_name(d.format)},
@@ -596,11 +593,13 @@ Json case_json(const CaseResult& r, Backend backend, const Ceilings& ceil,
   j["bytes_per_s"] = r.work.bytes / sec;
   j["flop_floor_ms"] = ceil.flop_per_s > 0 ? Json(r.work.flop / ceil.flop_per_s * 1e3) : Json();
   j["bytes_floor_ms"] = ceil.bytes_per_s > 0 ? Json(r.work.bytes / ceil.bytes_per_s * 1e3) : Json();
-  j["fraction_of_peak_flop"] = ceil.flop_per_s > 0 ? Json(r.work.flop / sec / ceil.flop_per_s) : Json();
+  j["fraction_of_peak_flop"] =
+      ceil.flop_per_s > 0 ? Json(r.work.flop / sec / ceil.flop_per_s) : Json();
   if (r.full.anchor) {
-    j["anchor"] = {{"us", r.full.anchor->us},
-                   {"tflop_per_s", r.full.anchor->tflops > 0 ? Json(r.full.anchor->tflops) : Json()},
-                   {"what", r.full.anchor->note + ", H200, PERFORMANCE.md"}};
+    j["anchor"] = {
+        {"us", r.full.anchor->us},
+        {"tflop_per_s", r.full.anchor->tflops > 0 ? Json(r.full.anchor->tflops) : Json()},
+        {"what", r.full.anchor->note + ", H200, PERFORMANCE.md"}};
   }
   std::optional<double> ratio = anchor_ratio(r, backend);
   j["anchor_time_over_ours"] = ratio ? Json(*ratio) : Json();
@@ -709,13 +708,14 @@ int bench_command(const Invocation& inv) {
     CaseResult r;
     r.full = cases[i];
     r.run = cases[i].scaled(s.scale);
-    std::cerr << "[" << i + 1 << "/" << cases.size() << "] " << r.full.name() << " ("
-              << run_as(r) << ") ..." << std::flush;
+    std::cerr << "[" << i + 1 << "/" << cases.size() << "] " << r.full.name() << " (" << run_as(r)
+              << ") ..." << std::flush;
     run_case(s, device, options, &r);
     if (r.error.empty()) r.median_ms = median(r.ms);
-    std::cerr << " " << (r.error.empty() ? format_time_ms(r.median_ms) + " x " +
-                                               std::to_string(r.ms.size()) + " runs"
-                                         : "error")
+    std::cerr << " "
+              << (r.error.empty()
+                      ? format_time_ms(r.median_ms) + " x " + std::to_string(r.ms.size()) + " runs"
+                      : "error")
               << ", " << verify_cell(r) << "\n";
     if (on_host) r.gemm_after = host_ceilings.sample(false);
     results.push_back(std::move(r));
@@ -726,9 +726,9 @@ int bench_command(const Invocation& inv) {
     ceil_record = host_ceilings.record();
   }
 
-  std::cout << "sparse-mla bench: " << cases.size() << " cases on " << backend_name(backend)
-            << " (" << (backend == Backend::kCuda && !machine.gpus.empty() ? machine.gpus[0].name
-                                                                          : machine.cpu_model)
+  std::cout << "sparse-mla bench: " << cases.size() << " cases on " << backend_name(backend) << " ("
+            << (backend == Backend::kCuda && !machine.gpus.empty() ? machine.gpus[0].name
+                                                                   : machine.cpu_model)
             << "), scale " << s.scale << ", commit " << source.commit.substr(0, 12)
             << (source.dirty ? "+dirty" : "") << "\n\n";
   print_table(results, backend, ceil);
@@ -737,16 +737,17 @@ int bench_command(const Invocation& inv) {
   std::cout << "total " << format_fixed(total_s, 1) << " s\n";
 
   bool all_ok = true;
-  for (const CaseResult& r : results) all_ok = all_ok && r.error.empty() && (!r.verified || r.verify.ok);
+  for (const CaseResult& r : results)
+    all_ok = all_ok && r.error.empty() && (!r.verified || r.verify.ok);
 
   if (!s.json_path.empty()) {
     Json j;
     j["tool"] = "sparse-mla bench";
     j["command"] = shell_join(inv.argv);
-    j["reproduce"] =
-        s.op.empty() ? "sparse-mla bench --suite " + s.suite + suffix +
-                           (s.filter.empty() ? "" : " --filter " + shell_join({s.filter}))
-                     : "sparse-mla bench " + shell_join(cases.front().flags()) + suffix;
+    j["reproduce"] = s.op.empty()
+                         ? "sparse-mla bench --suite " + s.suite + suffix +
+                               (s.filter.empty() ? "" : " --filter " + shell_join({s.filter}))
+                         : "sparse-mla bench " + shell_join(cases.front().flags()) + suffix;
     j["date"] = utc_date_time();
     j["git_commit"] = source.commit;
     j["git_dirty"] = source.dirty;

@@ -85,24 +85,22 @@ verify::DecodeRecipe random_decode(std::mt19937_64& rng, uint64_t seed) {
 std::string describe(const verify::PrefillRecipe& r) {
   std::ostringstream os;
   os << "prefill s_q=" << r.s_q << " s_kv=" << r.s_kv << " h_q=" << r.h_q << " d_qk=" << r.d_qk
-     << " topk=" << r.topk << (r.topk_length ? " topk_length" : "")
-     << (r.attn_sink ? " sink" : "") << (r.padded_strides ? " padded" : "")
-     << (r.invalid_indices ? " invalid" : "") << (r.empty_queries ? " empty" : "")
-     << (r.poison_unused_rows ? " poison" : "");
+     << " topk=" << r.topk << (r.topk_length ? " topk_length" : "") << (r.attn_sink ? " sink" : "")
+     << (r.padded_strides ? " padded" : "") << (r.invalid_indices ? " invalid" : "")
+     << (r.empty_queries ? " empty" : "") << (r.poison_unused_rows ? " poison" : "");
   return os.str();
 }
 
 std::string describe(const verify::DecodeRecipe& r) {
   std::ostringstream os;
   os << "decode " << kv_cache_format_name(r.format) << " b=" << r.b << " s_q=" << r.s_q
-     << " h_q=" << r.h_q << (r.d_qk ? " d_qk=" + std::to_string(r.d_qk) : "")
-     << " topk=" << r.topk << " page_block_size=" << r.page_block_size;
+     << " h_q=" << r.h_q << (r.d_qk ? " d_qk=" + std::to_string(r.d_qk) : "") << " topk=" << r.topk
+     << " page_block_size=" << r.page_block_size;
   if (r.topk_length) os << (r.topk_length_per_token ? " topk_length[b,s_q]" : " topk_length[b]");
   if (r.extra_cache) {
     os << " extra_topk=" << r.extra_topk << " extra_page_block_size=" << r.extra_page_block_size;
     if (r.extra_topk_length) {
-      os << (r.extra_topk_length_per_token ? " extra_topk_length[b,s_q]"
-                                           : " extra_topk_length[b]");
+      os << (r.extra_topk_length_per_token ? " extra_topk_length[b,s_q]" : " extra_topk_length[b]");
     }
   }
   os << (r.attn_sink ? " sink" : "") << (r.padded_strides ? " padded" : "")

@@ -30,8 +30,9 @@ std::string shell_join(const std::vector<std::string>& words) {
   std::string line;
   for (const std::string& w : words) {
     if (!line.empty()) line += ' ';
-    bool plain = !w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                   "0123456789-_=./,:+") == std::string::npos;
+    bool plain = !w.empty() && w.find_first_not_of(
+                                   "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                   "0123456789-_=./,:+") == std::string::npos;
     if (plain) {
       line += w;
       continue;

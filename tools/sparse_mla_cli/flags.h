@@ -25,10 +25,8 @@ class FlagSet {
  public:
   explicit FlagSet(std::string command) : command_(std::move(command)) {}
 
-  void add_int(const std::string& name, int64_t* value, std::string help, int64_t min,
-               int64_t max);
-  void add_double(const std::string& name, double* value, std::string help, double min,
-                  double max);
+  void add_int(const std::string& name, int64_t* value, std::string help, int64_t min, int64_t max);
+  void add_double(const std::string& name, double* value, std::string help, double min, double max);
   void add_string(const std::string& name, std::string* value, std::string help,
                   std::vector<std::string> choices = {});
   void add_switch(const std::string& name, bool* value, std::string help);

@@ -18,14 +18,14 @@ struct WorkCount {
 //   attended = s_q * topk (or sum(topk_length))
 //   flop     = 2 * attended * h_q * (d_qk + d_v)
 //   bytes    = valid_slots * d_qk * 2 + s_q * h_q * (d_qk + d_v) * 2
-inline WorkCount prefill_work(int64_t s_q, int64_t h_q, int64_t d_qk, int64_t d_v,
-                              int64_t attended, int64_t valid_slots) {
+inline WorkCount prefill_work(int64_t s_q, int64_t h_q, int64_t d_qk, int64_t d_v, int64_t attended,
+                              int64_t valid_slots) {
   WorkCount w;
   w.flop = 2.0 * static_cast<double>(attended) * static_cast<double>(h_q) *
            static_cast<double>(d_qk + d_v);
-  w.bytes = static_cast<double>(valid_slots) * static_cast<double>(d_qk) * 2.0 +
-            static_cast<double>(s_q) * static_cast<double>(h_q) *
-                static_cast<double>(d_qk + d_v) * 2.0;
+  w.bytes =
+      static_cast<double>(valid_slots) * static_cast<double>(d_qk) * 2.0 +
+      static_cast<double>(s_q) * static_cast<double>(h_q) * static_cast<double>(d_qk + d_v) * 2.0;
   return w;
 }
 

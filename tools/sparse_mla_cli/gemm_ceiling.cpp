@@ -2,8 +2,6 @@
 // memcpy, each best of a few runs (the best run is the ceiling; noise only slows runs down).
 #include "gemm_ceiling.h"
 
-#include "sparse_mla/runtime.h"
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,10 +9,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
+
+#include "sparse_mla/runtime.h"
 
 #if defined(SMLA_HAVE_CBLAS)
 #include <cblas.h>
@@ -63,8 +63,8 @@ std::optional<GemmCeiling> measure_fp32_gemm(int n, int repeats) {
     b[i] = dist(rng);
   }
   auto run = [&] {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
   };
   run();  // warm-up: thread pool start, page faults of c
   double best = 1e30;
@@ -136,7 +136,8 @@ std::optional<CopyBandwidth> measure_device_copy(Device device, size_t buffer_by
   CopyBandwidth c;
   c.buffer_bytes = buffer_bytes;
   c.repeats = repeats;
-  c.bytes_per_s = 2.0 * static_cast<double>(buffer_bytes) / (*std::min_element(ms.begin(), ms.end()) * 1e-3);
+  c.bytes_per_s =
+      2.0 * static_cast<double>(buffer_bytes) / (*std::min_element(ms.begin(), ms.end()) * 1e-3);
   return c;
 }
 

@@ -26,7 +26,7 @@ struct GemmCeiling {
   double flop_per_s = 0;  // best of `repeats`
   int n = 0;              // square problem n x n x n
   int repeats = 0;
-  std::string library;    // "OpenBLAS 0.3.21 ... (2 threads)"
+  std::string library;  // "OpenBLAS 0.3.21 ... (2 threads)"
 };
 
 // OpenBLAS picks its kernels for the CPU when it loads. Debian's 0.3.21 does not recognise newer

@@ -16,8 +16,7 @@ int info_command(const Invocation& inv) {
   int64_t gemm_n = kGemmN;
   bool skip_measure = false;
   FlagSet flags("info");
-  flags.add_int("gemm_n", &gemm_n, "size of the fp32 GEMM that measures the CPU ceiling", 64,
-                8192);
+  flags.add_int("gemm_n", &gemm_n, "size of the fp32 GEMM that measures the CPU ceiling", 64, 8192);
   flags.add_switch("no_measure", &skip_measure, "skip the GEMM and copy measurements");
   if (Status st = flags.parse(inv.args); !st.ok()) {
     std::cerr << "sparse-mla info: " << st.message() << "\n";

@@ -10,7 +10,7 @@
 namespace sparse_mla::cli {
 
 struct MachineInfo {
-  std::string cpu_model;      // /proc/cpuinfo "model name"
+  std::string cpu_model;  // /proc/cpuinfo "model name"
   int hardware_threads = 0;
   std::string hostname;
   std::vector<DeviceInfo> gpus;

@@ -128,8 +128,8 @@ void add_tp_shards(std::vector<BenchCase>* cases) {
                                   h == 128 ? std::optional(flashmla(1911, 575)) : std::nullopt));
   }
   for (int64_t h : heads) {
-    cases->push_back(v32_decode_case(s, h, 64, 2048,
-                                     h == 128 ? std::optional(flashmla(184.5, 396)) : std::nullopt));
+    cases->push_back(v32_decode_case(
+        s, h, 64, 2048, h == 128 ? std::optional(flashmla(184.5, 396)) : std::nullopt));
   }
   struct SmallHeadAnchor {
     int64_t requests;
@@ -177,19 +177,30 @@ std::vector<std::string> BenchCase::flags() const {
   auto i = [](int64_t v) { return std::to_string(v); };
   if (op == Operation::kSparsePrefill) {
     const PrefillShape& p = prefill;
-    return {"--op",   "prefill", "--s_q",  i(p.s_q),  "--s_kv", i(p.s_kv),
-            "--h_q",  i(p.h_q),  "--d_qk", i(p.d_qk), "--topk", i(p.topk)};
+    return {"--op",  "prefill", "--s_q",  i(p.s_q),  "--s_kv", i(p.s_kv),
+            "--h_q", i(p.h_q),  "--d_qk", i(p.d_qk), "--topk", i(p.topk)};
   }
   const DecodeShape& d = decode;
-  std::vector<std::string> f = {"--op",   "decode",  "--format", kv_cache_format_name(d.format),
-                                "--b",    i(d.b),    "--s_q",    i(d.s_q),
-                                "--h_q",  i(d.h_q),  "--topk",   i(d.topk),
-                                "--page_block_size", i(d.page_block_size), "--s_kv", i(d.s_kv)};
+  std::vector<std::string> f = {"--op",
+                                "decode",
+                                "--format",
+                                kv_cache_format_name(d.format),
+                                "--b",
+                                i(d.b),
+                                "--s_q",
+                                i(d.s_q),
+                                "--h_q",
+                                i(d.h_q),
+                                "--topk",
+                                i(d.topk),
+                                "--page_block_size",
+                                i(d.page_block_size),
+                                "--s_kv",
+                                i(d.s_kv)};
   if (d.has_extra) {
-    for (const std::string& s : {std::string("--extra_topk"), i(d.extra_topk),
-                                 std::string("--extra_page_block_size"),
-                                 i(d.extra_page_block_size), std::string("--extra_s_kv"),
-                                 i(d.extra_s_kv)}) {
+    for (const std::string& s :
+         {std::string("--extra_topk"), i(d.extra_topk), std::string("--extra_page_block_size"),
+          i(d.extra_page_block_size), std::string("--extra_s_kv"), i(d.extra_s_kv)}) {
       f.push_back(s);
     }
   }

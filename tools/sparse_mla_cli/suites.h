@@ -17,9 +17,9 @@ namespace sparse_mla::cli {
 
 // FlashMLA's sparse kernels on one H200 (PERFORMANCE.md, run of 2026-11-29, +-3 % noise).
 struct Anchor {
-  double us = 0;       // kernel time (decode: split kernel + combine)
-  double tflops = 0;   // as FlashMLA's own counter reported it; 0 = not in the table
-  std::string note;    // e.g. "FlashMLA padded to 64 heads"
+  double us = 0;      // kernel time (decode: split kernel + combine)
+  double tflops = 0;  // as FlashMLA's own counter reported it; 0 = not in the table
+  std::string note;   // e.g. "FlashMLA padded to 64 heads"
 };
 
 struct PrefillShape {

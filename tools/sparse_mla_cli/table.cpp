@@ -10,8 +10,9 @@ namespace sparse_mla::cli {
 
 namespace {
 bool looks_numeric(const std::string& s) {
-  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) ||
-                        (s[0] == '-' && s.size() > 1 && std::isdigit(static_cast<unsigned char>(s[1]))));
+  return !s.empty() &&
+         (std::isdigit(static_cast<unsigned char>(s[0])) ||
+          (s[0] == '-' && s.size() > 1 && std::isdigit(static_cast<unsigned char>(s[1]))));
 }
 
 // Display width: UTF-8 continuation bytes take no column.

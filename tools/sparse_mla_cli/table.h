@@ -20,9 +20,9 @@ class Table {
   std::vector<std::vector<std::string>> rows_;
 };
 
-std::string format_time_ms(double ms);           // "20.1 us", "4.14 ms", "1.23 s"
+std::string format_time_ms(double ms);                    // "20.1 us", "4.14 ms", "1.23 s"
 std::string format_rate(double per_s, const char* unit);  // "657 T" + unit, "3.04 G" + unit
-std::string format_fixed(double value, int digits);     // fixed-point with `digits` decimals
-std::string format_percent(double fraction);            // 0.314 -> "31.4%"
+std::string format_fixed(double value, int digits);       // fixed-point with `digits` decimals
+std::string format_percent(double fraction);              // 0.314 -> "31.4%"
 
 }  // namespace sparse_mla::cli
