@@ -54,7 +54,8 @@ fi
 
 if [[ -z ${SMLA_ENABLE_CUDA:-} ]]; then
   # CUDA back end only where it can run: a visible GPU and nvcc of torch's CUDA major version.
-  torch_cuda=$("$py" -c "import torch; print(torch.version.cuda or '' if torch.cuda.is_available() else '')")
+  torch_cuda=$("$py" -c \
+    "import torch; print(torch.version.cuda or '' if torch.cuda.is_available() else '')")
   nvcc_cuda=$(nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9.]*\).*/\1/p' || true)
   if [[ -n $torch_cuda && -n $nvcc_cuda && ${torch_cuda%%.*} == "${nvcc_cuda%%.*}" ]]; then
     SMLA_ENABLE_CUDA=ON

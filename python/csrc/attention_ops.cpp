@@ -89,22 +89,22 @@ std::tuple<int64_t, int64_t, std::string, std::string, std::string> plan_decode(
     const std::optional<at::Tensor>& extra_topk_length, std::optional<std::string_view> kv_format,
     int64_t d_v) {
   constexpr const char* kOp = "plan_decode";
-  SparseDecodeArgs args = decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink,
-                                        extra_kv_cache, extra_indices, extra_topk_length,
-                                        kv_format, d_v);
+  SparseDecodeArgs args =
+      decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
+                    extra_indices, extra_topk_length, kv_format, d_v);
   // A plan depends on shapes only. The outputs' views carry the right shapes and a placeholder
   // address that validation checks for alignment and nothing reads.
   alignas(16) static const unsigned char placeholder[16] = {};
   void* address = const_cast<unsigned char*>(placeholder);
   const int64_t b = q.dim() == 4 ? q.size(0) : 0, s_q = q.dim() == 4 ? q.size(1) : 0;
   const int64_t h_q = q.dim() == 4 ? q.size(2) : 0;
-  args.out = TensorView::contiguous(address, DType::kBFloat16, {b, s_q, h_q, args.d_v},
-                                    args.q.device);
+  args.out =
+      TensorView::contiguous(address, DType::kBFloat16, {b, s_q, h_q, args.d_v}, args.q.device);
   args.lse = TensorView::contiguous(address, DType::kFloat32, {b, s_q, h_q}, args.q.device);
   const c10::DeviceGuard guard(q.device());
   DecodePlan plan = make_plan(args, run_options_for(q.device()));
-  return {static_cast<int64_t>(plan.workspace_bytes), plan.num_sm_parts,
-          backend_name(plan.backend), plan.kernel, plan.reason};
+  return {static_cast<int64_t>(plan.workspace_bytes), plan.num_sm_parts, backend_name(plan.backend),
+          plan.kernel, plan.reason};
 }
 
 void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& indices,
@@ -117,9 +117,9 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
                    int64_t d_v, const std::optional<at::Tensor>& workspace, bool reuse_schedule,
                    at::Tensor& out, at::Tensor& lse) {
   constexpr const char* kOp = "sparse_decode";
-  SparseDecodeArgs args = decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink,
-                                        extra_kv_cache, extra_indices, extra_topk_length,
-                                        kv_format, d_v);
+  SparseDecodeArgs args =
+      decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
+                    extra_indices, extra_topk_length, kv_format, d_v);
   if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(*softmax_scale);
   args.out = to_view(kOp, "out", out);
   args.lse = to_view(kOp, "lse", lse);
@@ -142,8 +142,8 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
     TORCH_CHECK_VALUE(!reuse_schedule || plan.workspace_bytes == 0, kOp,
                       ": reuse_schedule is set but no workspace holding a schedule was given");
     if (plan.workspace_bytes > 0) {
-      buffer = at::empty({static_cast<int64_t>(plan.workspace_bytes)},
-                         q.options().dtype(at::kByte));
+      buffer =
+          at::empty({static_cast<int64_t>(plan.workspace_bytes)}, q.options().dtype(at::kByte));
     }
   }
   void* workspace_ptr = buffer.defined() ? buffer.data_ptr() : nullptr;

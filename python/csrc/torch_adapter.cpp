@@ -22,12 +22,18 @@ std::string shape_text(const at::Tensor& t) {
 
 std::optional<DType> to_dtype(at::ScalarType type) {
   switch (type) {
-    case at::kBFloat16: return DType::kBFloat16;
-    case at::kFloat: return DType::kFloat32;
-    case at::kInt: return DType::kInt32;
-    case at::kByte: return DType::kUInt8;
-    case at::kFloat8_e4m3fn: return DType::kFloat8E4M3;
-    default: return std::nullopt;
+    case at::kBFloat16:
+      return DType::kBFloat16;
+    case at::kFloat:
+      return DType::kFloat32;
+    case at::kInt:
+      return DType::kInt32;
+    case at::kByte:
+      return DType::kUInt8;
+    case at::kFloat8_e4m3fn:
+      return DType::kFloat8E4M3;
+    default:
+      return std::nullopt;
   }
 }
 

@@ -143,7 +143,8 @@ def flash_mla_with_kvcache(
         )
     if causal:
         raise NotImplementedError(
-            "flash_mla_with_kvcache: causal=True is not supported (sparse decode has no causal mask)"
+            "flash_mla_with_kvcache: causal=True is not supported (sparse decode has no causal "
+            "mask)"
         )
     kv_format = infer_kv_cache_format(k_cache)
     if is_fp8_kvcache == (kv_format == "bf16"):

@@ -87,8 +87,8 @@ def kv_cache_format(name: Union[str, KvCacheFormat]) -> KvCacheFormat:
 def infer_kv_cache_format(cache: torch.Tensor) -> str:
     """The format of a cache tensor from its dtype and last dimension.
 
-    ``[..., 656]`` bytes → ``v32_fp8``, ``[..., 584]`` → ``v4_fp8``, ``[..., 1024 | 1152]`` bytes
-    or a bf16 tensor → ``bf16``.
+    ``[..., 656]`` bytes → ``v32_fp8``, ``[..., 584]`` → ``v4_fp8``, ``[..., 1024 | 1152]``
+    bytes or a bf16 tensor → ``bf16``.
     """
     if cache.dtype == torch.bfloat16:
         return "bf16"

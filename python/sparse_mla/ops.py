@@ -201,7 +201,9 @@ def sparse_decode(
     if lse is None:
         lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
     if reuse_schedule and plan is None:
-        raise ValueError("sparse_decode: reuse_schedule=True needs the plan whose schedule to reuse")
+        raise ValueError(
+            "sparse_decode: reuse_schedule=True needs the plan whose schedule to reuse"
+        )
     workspace = None
     if plan is not None:
         shapes = _shapes(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,

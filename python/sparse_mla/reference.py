@@ -129,9 +129,9 @@ def dequantize_kv_cache_reference(
     name = kv_format or infer_kv_cache_format(cache)
     num_blocks, pbs = cache.shape[0], cache.shape[1]
     if name == "bf16":
-        rows = cache if cache.dtype == torch.bfloat16 else cache.contiguous().view(torch.uint8).view(
-            torch.bfloat16)
-        return rows.to(torch.float32)
+        if cache.dtype != torch.bfloat16:
+            cache = cache.contiguous().view(torch.uint8).view(torch.bfloat16)
+        return cache.to(torch.float32)
     raw = cache.view(torch.uint8)[:, :, 0, :]  # [num_blocks, pbs, bytes_per_token]
     if name == "v32_fp8":
         latent = _e4m3_to_float(raw[..., :512]).view(num_blocks, pbs, 4, 128)
