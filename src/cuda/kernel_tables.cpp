@@ -35,8 +35,7 @@ bool device_limits(const Device& device, DeviceLimits* limits, std::string* why_
           cudaSuccess ||
       cudaDeviceGetAttribute(&limits->cc_minor, cudaDevAttrComputeCapabilityMinor, d) !=
           cudaSuccess ||
-      cudaDeviceGetAttribute(&limits->sm_count, cudaDevAttrMultiProcessorCount, d) !=
-          cudaSuccess ||
+      cudaDeviceGetAttribute(&limits->sm_count, cudaDevAttrMultiProcessorCount, d) != cudaSuccess ||
       cudaDeviceGetAttribute(&limits->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, d) !=
           cudaSuccess) {
     cudaGetLastError();
@@ -58,8 +57,9 @@ bool device_fits(const Device& device, int smem_bytes, std::string* why_not,
     return false;
   }
   if (limits.smem_optin < smem_bytes) {
-    *why_not = "needs " + std::to_string(smem_bytes) + " bytes of shared memory per block; device " +
-               std::to_string(device.index) + " allows " + std::to_string(limits.smem_optin);
+    *why_not = "needs " + std::to_string(smem_bytes) +
+               " bytes of shared memory per block; device " + std::to_string(device.index) +
+               " allows " + std::to_string(limits.smem_optin);
     return false;
   }
   if (out != nullptr) *out = limits;
@@ -129,19 +129,25 @@ struct DecodeEntry {
   DecodeLaunchFn launch;
   int (*smem)();
 };
-#define SMLA_DECODE_ENTRY(FORMAT, DQK, ROWS)                          \
-  DecodeEntry {                                                       \
-    KvCacheFormat::FORMAT, DQK, ROWS,                                 \
+#define SMLA_DECODE_ENTRY(FORMAT, DQK, ROWS)                                 \
+  DecodeEntry {                                                              \
+    KvCacheFormat::FORMAT, DQK, ROWS,                                        \
         pd::launch_portable_sparse_decode<KvCacheFormat::FORMAT, DQK, ROWS>, \
-        pd::decode_smem_bytes<KvCacheFormat::FORMAT, DQK, ROWS>       \
+        pd::decode_smem_bytes<KvCacheFormat::FORMAT, DQK, ROWS>              \
   }
 constexpr std::array<DecodeEntry, 12> kDecodeEntries{{
-    SMLA_DECODE_ENTRY(kV32Fp8, 576, 16), SMLA_DECODE_ENTRY(kV32Fp8, 576, 32),
-    SMLA_DECODE_ENTRY(kV32Fp8, 576, 64), SMLA_DECODE_ENTRY(kV4Fp8, 512, 16),
-    SMLA_DECODE_ENTRY(kV4Fp8, 512, 32),  SMLA_DECODE_ENTRY(kV4Fp8, 512, 64),
-    SMLA_DECODE_ENTRY(kBf16, 576, 16),   SMLA_DECODE_ENTRY(kBf16, 576, 32),
-    SMLA_DECODE_ENTRY(kBf16, 576, 64),   SMLA_DECODE_ENTRY(kBf16, 512, 16),
-    SMLA_DECODE_ENTRY(kBf16, 512, 32),   SMLA_DECODE_ENTRY(kBf16, 512, 64),
+    SMLA_DECODE_ENTRY(kV32Fp8, 576, 16),
+    SMLA_DECODE_ENTRY(kV32Fp8, 576, 32),
+    SMLA_DECODE_ENTRY(kV32Fp8, 576, 64),
+    SMLA_DECODE_ENTRY(kV4Fp8, 512, 16),
+    SMLA_DECODE_ENTRY(kV4Fp8, 512, 32),
+    SMLA_DECODE_ENTRY(kV4Fp8, 512, 64),
+    SMLA_DECODE_ENTRY(kBf16, 576, 16),
+    SMLA_DECODE_ENTRY(kBf16, 576, 32),
+    SMLA_DECODE_ENTRY(kBf16, 576, 64),
+    SMLA_DECODE_ENTRY(kBf16, 512, 16),
+    SMLA_DECODE_ENTRY(kBf16, 512, 32),
+    SMLA_DECODE_ENTRY(kBf16, 512, 64),
 }};
 #undef SMLA_DECODE_ENTRY
 

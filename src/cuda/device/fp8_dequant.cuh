@@ -22,8 +22,8 @@ __device__ __forceinline__ float ue8m0_to_float(uint32_t byte) {
 
 // Two e4m3 values (low byte = first) times `scale`, rounded to bf16x2 (first in the low half).
 __device__ __forceinline__ uint32_t dequant_e4m3x2(uint32_t pair, float scale) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair),
-                                                   __NV_E4M3);
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
   const float2 f = __half22float2(__half2(h));
   return ptx::pack_bf16x2(f.x * scale, f.y * scale);
 }

@@ -32,7 +32,8 @@ __device__ __forceinline__ float quad_sum(float v) {
 __device__ __forceinline__ float usable_max(float m) { return m == -INFINITY ? 0.0f : m; }
 
 // Output scale of a finished row with running max m (log2 domain) and sum l > 0, with an
-// optional attention sink (natural-log logit; -inf = none, +inf = output 0): 1 / (l + 2^(s*log2e - m)).
+// optional attention sink (natural-log logit; -inf = none, +inf = output 0): 1 / (l + 2^(s*log2e -
+// m)).
 __device__ __forceinline__ float output_scale(float m, float l, const float* sink) {
   float denominator = l;
   if (sink != nullptr) denominator += exp2f(*sink * kLog2e - m);

@@ -77,14 +77,14 @@ Status make_device_outputs(const verify::DecodeOutputs& host, const SparseDecode
   SMLA_RETURN_IF_ERROR(test_support::to_device(host.lse, &d->lse));
   d->args = inputs;
   d->args.out = host.out_view;
-  d->args.out.data = static_cast<char*>(d->out.data()) +
-                     (static_cast<const char*>(host.out_view.data) -
-                      reinterpret_cast<const char*>(host.out.data()));
+  d->args.out.data =
+      static_cast<char*>(d->out.data()) + (static_cast<const char*>(host.out_view.data) -
+                                           reinterpret_cast<const char*>(host.out.data()));
   d->args.out.device = kGpu;
   d->args.lse = host.lse_view;
-  d->args.lse.data = static_cast<char*>(d->lse.data()) +
-                     (static_cast<const char*>(host.lse_view.data) -
-                      reinterpret_cast<const char*>(host.lse.data()));
+  d->args.lse.data =
+      static_cast<char*>(d->lse.data()) + (static_cast<const char*>(host.lse_view.data) -
+                                           reinterpret_cast<const char*>(host.lse.data()));
   d->args.lse.device = kGpu;
   return {};
 }
@@ -226,13 +226,14 @@ TEST_P(PortableDecode, LongListsSplit) {
   check_case(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Formats, PortableDecode,
-    ::testing::Values(FormatCase{KvCacheFormat::kV32Fp8, 0, "v32_fp8"},
-                      FormatCase{KvCacheFormat::kV4Fp8, 0, "v4_fp8"},
-                      FormatCase{KvCacheFormat::kBf16, 576, "bf16_d576"},
-                      FormatCase{KvCacheFormat::kBf16, 512, "bf16_d512"}),
-    [](const ::testing::TestParamInfo<FormatCase>& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Formats, PortableDecode,
+                         ::testing::Values(FormatCase{KvCacheFormat::kV32Fp8, 0, "v32_fp8"},
+                                           FormatCase{KvCacheFormat::kV4Fp8, 0, "v4_fp8"},
+                                           FormatCase{KvCacheFormat::kBf16, 576, "bf16_d576"},
+                                           FormatCase{KvCacheFormat::kBf16, 512, "bf16_d512"}),
+                         [](const ::testing::TestParamInfo<FormatCase>& info) {
+                           return info.param.name;
+                         });
 
 }  // namespace
 }  // namespace sparse_mla

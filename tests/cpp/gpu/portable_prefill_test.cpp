@@ -29,8 +29,8 @@ template <typename T>
 Status mirror(const std::vector<T>& host, const TensorView& host_view, DeviceMirror* out) {
   SMLA_RETURN_IF_ERROR(test_support::to_device(host, &out->buffer));
   out->view = host_view;
-  const auto offset = static_cast<const char*>(host_view.data) -
-                      reinterpret_cast<const char*>(host.data());
+  const auto offset =
+      static_cast<const char*>(host_view.data) - reinterpret_cast<const char*>(host.data());
   out->view.data = static_cast<char*>(out->buffer.data()) + offset;
   out->view.device = kGpu;
   return {};
@@ -104,8 +104,8 @@ TEST_P(PortablePrefill, EveryHeadCount) {
 // topk 1 / 37 / 64 / 200, s_kv below topk, and each optional feature switched off.
 TEST_P(PortablePrefill, TopkAndFeatures) {
   SMLA_SKIP_WITHOUT_GPU();
-  for (Shape s : {Shape{6, 40, 16, 1}, Shape{6, 40, 64, 37}, Shape{7, 50, 128, 200},
-                  Shape{4, 512, 32, 64}}) {
+  for (Shape s :
+       {Shape{6, 40, 16, 1}, Shape{6, 40, 64, 37}, Shape{7, 50, 128, 200}, Shape{4, 512, 32, 64}}) {
     for (int variant = 0; variant < 3; ++variant) {
       verify::PrefillRecipe r;
       r.d_qk = GetParam();

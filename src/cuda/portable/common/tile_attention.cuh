@@ -179,8 +179,8 @@ __device__ __forceinline__ void softmax_block(float (&s)[Shape::kMTiles][2][4],
       for (int nt = 0; nt < 2; ++nt) {
         const uint32_t packed = ptx::pack_bf16x2(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
         const int chunk = (w.key0 >> 3) + nt;
-        *reinterpret_cast<uint32_t*>(p_tile + tile_chunk_offset<Shape::kRows>(row, chunk) +
-                                     4 * t) = packed;
+        *reinterpret_cast<uint32_t*>(p_tile + tile_chunk_offset<Shape::kRows>(row, chunk) + 4 * t) =
+            packed;
       }
     }
   }
@@ -222,7 +222,8 @@ __device__ __forceinline__ void accumulate_block(uint32_t p_tile, uint32_t kv_ti
 // red_sum: [kKeyGroups][kRows] fp32 scratch.
 template <class Shape>
 __device__ __forceinline__ void finish_rows(const WarpAccum<Shape>& acc, float* red_sum,
-                                            const WarpPlace& w, float (&l_total)[Shape::kMTiles][2]) {
+                                            const WarpPlace& w,
+                                            float (&l_total)[Shape::kMTiles][2]) {
   const int g = w.lane >> 2, t = w.lane & 3;
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt) {

@@ -25,7 +25,7 @@ struct TileShape {
   static constexpr int kKeysPerWarp = kBlockKeys / kKeyGroups;  // 16 = two n8 tiles
   static constexpr int kColsPerWarp = kDv / kKeyGroups;         // 128 = sixteen n8 tiles
   static constexpr int kColTiles = kColsPerWarp / 8;
-  static constexpr int kChunksPerRow = kDqk / 8;                 // 16-B chunks of a bf16 row
+  static constexpr int kChunksPerRow = kDqk / 8;  // 16-B chunks of a bf16 row
   static constexpr int kQBytes = kRows * kDqk * 2;
   static constexpr int kKvTileBytes = kBlockKeys * kDqk * 2;
   static constexpr int kPBytes = kRows * kBlockKeys * 2;

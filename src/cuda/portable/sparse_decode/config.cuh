@@ -30,8 +30,8 @@ struct RawRow {
   static constexpr int kBytes =
       Traits::kDataRowBytes + (Traits::kScalesInRow ? 0 : Traits::kScaleRowBytes);
   static constexpr int kPitch = (kBytes + 15) / 16 * 16;
-  static constexpr int kScaleBase = Traits::kScalesInRow ? Traits::kScaleOffset
-                                                         : Traits::kDataRowBytes;
+  static constexpr int kScaleBase =
+      Traits::kScalesInRow ? Traits::kScaleOffset : Traits::kDataRowBytes;
   static_assert(!kQuantized || Traits::kDataRowBytes % 16 == 0,
                 "token data rows are gathered in 16-B chunks");
   static_assert(Traits::kTailOffset % 16 == 0, "the bf16 tail is copied in 16-B chunks");
@@ -48,23 +48,23 @@ struct DecodeSmem {
   static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
   static_assert(Shape::kBlockKeys == kBlockTokens, "a schedule block is one KV tile");
 
-  alignas(1024) uint8_t q[Shape::kQBytes];                // [kRows, d_qk] bf16, swizzled
+  alignas(1024) uint8_t q[Shape::kQBytes];                     // [kRows, d_qk] bf16, swizzled
   alignas(1024) uint8_t kv[kTileStages][Shape::kKvTileBytes];  // [stages][64, d_qk] bf16
-  alignas(1024) uint8_t p[Shape::kPBytes];                // [kRows, 64] bf16, swizzled
-  alignas(16) uint8_t raw[kRawBytes];                     // [64, kPitch] raw token bytes
-  float red_max[Shape::kKeyGroups * Shape::kRows];        // [4, kRows]
-  float red_sum[Shape::kKeyGroups * Shape::kRows];        // [4, kRows]
-  const uint8_t* row_ptr[Shape::kBlockKeys];              // next block's clamped data rows
-  const uint8_t* scale_ptr[kScaleRows];                   // next block's scale rows (v4)
-  uint8_t valid[2][Shape::kBlockKeys];                    // [2][64] slot validity
+  alignas(1024) uint8_t p[Shape::kPBytes];                     // [kRows, 64] bf16, swizzled
+  alignas(16) uint8_t raw[kRawBytes];                          // [64, kPitch] raw token bytes
+  float red_max[Shape::kKeyGroups * Shape::kRows];             // [4, kRows]
+  float red_sum[Shape::kKeyGroups * Shape::kRows];             // [4, kRows]
+  const uint8_t* row_ptr[Shape::kBlockKeys];                   // next block's clamped data rows
+  const uint8_t* scale_ptr[kScaleRows];                        // next block's scale rows (v4)
+  uint8_t valid[2][Shape::kBlockKeys];                         // [2][64] slot validity
 };
 
 inline constexpr int kMaxSmemSm90 = 232448;  // opt-in shared memory per block, sm_90
-static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>,
-                                KvTraits<KvCacheFormat::kV32Fp8, 576>>) <= kMaxSmemSm90);
-static_assert(sizeof(DecodeSmem<DecodeShape<512, 64>,
-                                KvTraits<KvCacheFormat::kV4Fp8, 512>>) <= kMaxSmemSm90);
-static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>,
-                                KvTraits<KvCacheFormat::kBf16, 576>>) <= kMaxSmemSm90);
+static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>, KvTraits<KvCacheFormat::kV32Fp8, 576>>) <=
+              kMaxSmemSm90);
+static_assert(sizeof(DecodeSmem<DecodeShape<512, 64>, KvTraits<KvCacheFormat::kV4Fp8, 512>>) <=
+              kMaxSmemSm90);
+static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>, KvTraits<KvCacheFormat::kBf16, 576>>) <=
+              kMaxSmemSm90);
 
 }  // namespace sparse_mla::cuda::portable_decode

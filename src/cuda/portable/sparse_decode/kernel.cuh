@@ -56,8 +56,7 @@ __device__ __forceinline__ QueryLists query_lists(const detail::DecodeParams& p,
     q.n_extra = clamped_length(p.extra_list, b, s);
   }
   q.blocks_main = static_cast<int>((q.n_main + kBlockTokens - 1) / kBlockTokens);
-  q.blocks_total =
-      q.blocks_main + static_cast<int>((q.n_extra + kBlockTokens - 1) / kBlockTokens);
+  q.blocks_total = q.blocks_main + static_cast<int>((q.n_extra + kBlockTokens - 1) / kBlockTokens);
   return q;
 }
 
@@ -83,8 +82,8 @@ __device__ __forceinline__ void stage_block_rows(const detail::DecodeParams& p,
   const uint8_t* block_base = cache.data + page * cache.block_stride_bytes;
   sm.row_ptr[thread] = block_base + t * Traits::kDataRowBytes;
   if constexpr (!Traits::kScalesInRow) {
-    sm.scale_ptr[thread] = block_base + cache.page_block_size * Traits::kDataRowBytes +
-                           t * Traits::kScaleRowBytes;
+    sm.scale_ptr[thread] =
+        block_base + cache.page_block_size * Traits::kDataRowBytes + t * Traits::kScaleRowBytes;
   }
   sm.valid[step & 1][thread] = valid ? 1 : 0;
 }
@@ -98,8 +97,8 @@ __device__ __forceinline__ void load_block_rows(int step, int thread,
   auto source = [&](int row) { return RowSource{sm.row_ptr[row], valid[row] != 0}; };
   if constexpr (Smem::kQuantized) {
     using Raw = RawRow<Traits>;
-    gather_rows_linear<Shape::kBlockKeys, Traits::kDataRowBytes / 16, Raw::kPitch,
-                       Shape::kThreads>(smem_u32(sm.raw), thread, source);
+    gather_rows_linear<Shape::kBlockKeys, Traits::kDataRowBytes / 16, Raw::kPitch, Shape::kThreads>(
+        smem_u32(sm.raw), thread, source);
     if constexpr (!Traits::kScalesInRow) {
       static_assert(Traits::kScaleRowBytes == 8, "scale rows are copied with one 8-B cp.async");
       if (thread < Shape::kBlockKeys) {
@@ -148,8 +147,7 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
 template <class Shape, class Traits>
 __device__ __forceinline__ void load_q(const detail::DecodeParams& p, int64_t b, int64_t s,
                                        int head0, int thread, DecodeSmem<Shape, Traits>& sm) {
-  const auto* base =
-      reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
+  const auto* base = reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
   const int64_t stride_bytes = p.q_stride_h * 2;
   const int h_q = static_cast<int>(p.problem.h_q);
   gather_rows_swizzled<Shape::kRows, Shape::kChunksPerRow, Shape::kThreads>(
@@ -188,8 +186,8 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, int64_t 
                             head * p.out_stride_h + w.col0 + 2 * t;
 #pragma unroll
         for (int n = 0; n < Shape::kColTiles; ++n) {
-          *reinterpret_cast<uint32_t*>(out_row + 8 * n) = ptx::pack_bf16x2(
-              acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
+          *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
+              ptx::pack_bf16x2(acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
         }
         if (w.key_group == 0 && t == 0) {
           p.lse[b * p.lse_stride_b + s * p.lse_stride_s + head * p.lse_stride_h] =
@@ -197,8 +195,8 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, int64_t 
         }
       } else {
         const float scale = empty ? 0.0f : 1.0f / l;
-        float* out_row = launch.partial_out + (static_cast<int64_t>(slot) * h_q + head) * 512 +
-                         w.col0 + 2 * t;
+        float* out_row =
+            launch.partial_out + (static_cast<int64_t>(slot) * h_q + head) * 512 + w.col0 + 2 * t;
 #pragma unroll
         for (int n = 0; n < Shape::kColTiles; ++n) {
           *reinterpret_cast<float2*>(out_row + 8 * n) =

@@ -27,13 +27,13 @@ using PrefillShape = TileShape<kDqk, kRows, kPrefillWarps<kRows>>;
 // Tiles are 1024-B aligned so every 128-B swizzled row starts on a bank-group boundary.
 template <class Shape>
 struct PrefillSmem {
-  alignas(1024) uint8_t q[Shape::kQBytes];                    // [kRows, d_qk] bf16, swizzled
-  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];           // [2][64, d_qk] bf16, swizzled
-  alignas(1024) uint8_t p[Shape::kPBytes];                    // [kRows, 64] bf16, swizzled
-  float red_max[Shape::kKeyGroups * Shape::kRows];            // [4, kRows] partial row maxima
-  float red_sum[Shape::kKeyGroups * Shape::kRows];            // [4, kRows] partial row sums
-  const uint8_t* row_ptr[Shape::kBlockKeys];                  // next block's clamped row addresses
-  uint8_t valid[2][Shape::kBlockKeys];                        // [2][64] slot validity per buffer
+  alignas(1024) uint8_t q[Shape::kQBytes];           // [kRows, d_qk] bf16, swizzled
+  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // [2][64, d_qk] bf16, swizzled
+  alignas(1024) uint8_t p[Shape::kPBytes];           // [kRows, 64] bf16, swizzled
+  float red_max[Shape::kKeyGroups * Shape::kRows];   // [4, kRows] partial row maxima
+  float red_sum[Shape::kKeyGroups * Shape::kRows];   // [4, kRows] partial row sums
+  const uint8_t* row_ptr[Shape::kBlockKeys];         // next block's clamped row addresses
+  uint8_t valid[2][Shape::kBlockKeys];               // [2][64] slot validity per buffer
 };
 
 // Opt-in shared memory per block on sm_90 (227 KiB); sm_80 allows 163 KiB, sm_86/89 99 KiB —

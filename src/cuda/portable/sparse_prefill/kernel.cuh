@@ -44,8 +44,9 @@ template <class Shape>
 __device__ __forceinline__ void load_block_rows(int block, int thread, PrefillSmem<Shape>& sm) {
   const uint8_t* valid = sm.valid[block & 1];
   gather_rows_swizzled<Shape::kBlockKeys, Shape::kChunksPerRow, Shape::kThreads>(
-      smem_u32(sm.kv[block & 1]), thread,
-      [&](int row) { return RowSource{sm.row_ptr[row], valid[row] != 0}; });
+      smem_u32(sm.kv[block & 1]), thread, [&](int row) {
+        return RowSource{sm.row_ptr[row], valid[row] != 0};
+      });
 }
 
 // load (Q): the head group's rows of one token; heads >= h_q are zero-filled from head 0.
@@ -79,13 +80,14 @@ __device__ __forceinline__ void store_outputs(const detail::PrefillParams& p, in
       if (head >= p.problem.h_q) continue;
       const float m = acc.m[mt][half];
       const float l = l_total[mt][half];
-      const float* sink = p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
+      const float* sink =
+          p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
       const float scale = l > 0.0f ? output_scale(m, l, sink) : 0.0f;
       uint16_t* out_row = p.out + token * p.out_stride_s + head * p.out_stride_h + w.col0 + 2 * t;
 #pragma unroll
       for (int n = 0; n < Shape::kColTiles; ++n) {
-        *reinterpret_cast<uint32_t*>(out_row + 8 * n) = ptx::pack_bf16x2(
-            acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
+        *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
+            ptx::pack_bf16x2(acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
       }
       if (w.key_group == 0 && t == 0) {
         const bool empty = !(l > 0.0f);
