@@ -65,8 +65,8 @@ int list_command(const Invocation& inv) {
   f.add_int("b", &s.b, "decode: requests", 0, 1 << 20);
   f.add_int("s_q", &s.s_q, "query tokens (prefill) / per request (decode)", 0, 1 << 24);
   f.add_int("s_kv", &s.s_kv, "prefill: kv rows", 1, int64_t{1} << 31);
-  f.add_int("h_q", &s.h_q, "query heads", 1, 1024);
-  f.add_int("d_qk", &s.d_qk, "head dim of q and k; 0 = 576, or the decode format's", 0, 4096);
+  f.add_int("h_q", &s.h_q, "query heads", 1, 128);
+  f.add_int("d_qk", &s.d_qk, "512 or 576; 0 = 576 for prefill, the format's for decode", 0, 576);
   f.add_int("topk", &s.topk, "index slots per query", 1, 1 << 20);
   f.add_string("format", &s.format, "decode: KV-cache format", {"v32_fp8", "v4_fp8", "bf16"});
   f.add_int("page_block_size", &s.page_block_size, "decode: tokens per page block", 1, 1 << 16);
@@ -93,6 +93,16 @@ int list_command(const Invocation& inv) {
   }
   const KvCacheFormat format = *parse_kv_cache_format(s.format);
   const KvCacheFormatInfo& info = kv_cache_format_info(format);
+  // Kernels judge validated problems only: refuse shapes no call could have.
+  if (s.d_qk != 0 && s.d_qk != 512 && s.d_qk != 576) {
+    std::cerr << "sparse-mla list: --d_qk = " << s.d_qk << " must be 512 or 576\n";
+    return kExitUsageError;
+  }
+  if (s.op != "prefill" && s.d_qk != 0 && info.d_qk != 0 && s.d_qk != info.d_qk) {
+    std::cerr << "sparse-mla list: --d_qk = " << s.d_qk << " does not match --format " << s.format
+              << " (d_qk " << info.d_qk << ")\n";
+    return kExitUsageError;
+  }
 
   if (s.op.empty() || s.op == "prefill") {
     SparsePrefillProblem p;
