@@ -40,6 +40,20 @@ def test_prefill_matches_reference(h_q, d_qk, topk):
     assert_close("lse", lse, ref_lse, PREFILL_STATS)
 
 
+def test_prefill_many_query_tokens():
+    """s_q beyond a grid dimension's 65535 limit; checked on a sample of queries, the last ones
+    included."""
+    args = prefill_case(s_q=70000, s_kv=64, h_q=16, d_qk=512, topk=64, pad=False, seed=40)
+    out, max_logits, lse = sparse_mla.sparse_prefill(**to_cuda(args))
+    rows = torch.cat([torch.arange(0, 70000, 97), torch.arange(69990, 70000)])
+    sample = dict(args, q=args["q"][rows], indices=args["indices"][rows],
+                  topk_length=args["topk_length"][rows])
+    ref_out, ref_max, ref_lse = sparse_prefill_reference(**sample)
+    assert_close("out", out[rows.cuda()], ref_out, PREFILL_OUT)
+    assert_close("max_logits", max_logits[rows.cuda()], ref_max, PREFILL_STATS)
+    assert_close("lse", lse[rows.cuda()], ref_lse, PREFILL_STATS)
+
+
 @pytest.mark.parametrize("case", [
     dict(fmt="v32_fp8", h_q=64, page_block_size=64),
     dict(fmt="v4_fp8", h_q=64, page_block_size=64, extra=True),

@@ -76,6 +76,20 @@ def test_zero_queries():
     assert out.shape == (0, 4, 512) and max_logits.shape == lse.shape == (0, 4)
 
 
+def test_many_query_tokens():
+    """s_q beyond a CUDA grid dimension's 65535 limit (SPEC §5); checked on a sample of queries,
+    the last ones included."""
+    args = prefill_case(s_q=70000, s_kv=64, h_q=1, d_qk=512, topk=4, pad=False, seed=8)
+    out, max_logits, lse = sparse_mla.sparse_prefill(**args)
+    rows = torch.cat([torch.arange(0, 70000, 97), torch.arange(69990, 70000)])
+    sample = dict(args, q=args["q"][rows], indices=args["indices"][rows],
+                  topk_length=args["topk_length"][rows])
+    ref_out, ref_max, ref_lse = sparse_prefill_reference(**sample)
+    assert_close("out", out[rows], ref_out, PREFILL_OUT)
+    assert_close("max_logits", max_logits[rows], ref_max, PREFILL_STATS)
+    assert_close("lse", lse[rows], ref_lse, PREFILL_STATS)
+
+
 def test_duplicate_indices_count_per_occurrence():
     args = prefill_case(s_q=2, s_kv=8, h_q=2, d_qk=512, topk=6, pad=False, invalid=False,
                         empty=False, poison=False, topk_length=False, attn_sink=False)
