@@ -76,7 +76,8 @@ fi
 export SMLA_ENABLE_CUDA
 log "building the package (SMLA_ENABLE_CUDA=$SMLA_ENABLE_CUDA)"
 # A fixed build folder keeps the CMake build between runs, so a rebuild is incremental.
-"${pip[@]}" --no-build-isolation -C build-dir=build-python/{wheel_tag} .
+# --no-deps: resolving the package's torch requirement would pull the CUDA wheels left out above.
+"${pip[@]}" --no-build-isolation --no-deps -C build-dir=build-python/{wheel_tag} .
 
 log "running pytest"
 set +e
