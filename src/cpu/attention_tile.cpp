@@ -154,8 +154,12 @@ void AttentionTile::process_tile() {
   if (n == 0) return;
   total_rows_ += n;
 
+  // Columns the scores are computed for: a partial tile (short lists, the last tile) skips the
+  // column blocks that hold no row. Columns in [n, cols) are masked below.
+  const int cols = (n + kColBlock - 1) / kColBlock * kColBlock;
+
   // K^T [d_qk, kTileRows], one kLanes x kLanes square at a time, transposed in registers.
-  for (int j0 = 0; j0 < kTileRows; j0 += kLanes) {
+  for (int j0 = 0; j0 < cols; j0 += kLanes) {
     for (int d0 = 0; d0 < d_qk_; d0 += kLanes) {
       VecF square[kLanes];
       for (int i = 0; i < kLanes; ++i) square[i] = simd::load(k_rows_ + (j0 + i) * d_qk_ + d0);
@@ -165,7 +169,7 @@ void AttentionTile::process_tile() {
   }
 
   // Scores, one L1-sized chunk of dims at a time.
-  for (int col = 0; col < kTileRows; col += kColBlock) {
+  for (int col = 0; col < cols; col += kColBlock) {
     for (int k0 = 0; k0 < d_qk_; k0 += kDimChunk) {
       const int k_len = std::min(kDimChunk, d_qk_ - k0);
       for_head_blocks<ScoreKernel>(num_heads_, q_scaled_ + k0, int64_t{d_qk_},
@@ -178,16 +182,16 @@ void AttentionTile::process_tile() {
   const VecF neg_inf = simd::splat(-std::numeric_limits<float>::infinity());
   for (int h = 0; h < num_heads_; ++h) {
     float* s = scores_ + h * kTileRows;
-    for (int j = n; j < kTileRows; ++j) s[j] = -std::numeric_limits<float>::infinity();
+    for (int j = n; j < cols; ++j) s[j] = -std::numeric_limits<float>::infinity();
     VecF vmax = neg_inf;
-    for (int j = 0; j < kTileRows; j += kLanes) {
+    for (int j = 0; j < cols; j += kLanes) {
       const VecF x = simd::load(s + j);
       vmax = x > vmax ? x : vmax;
     }
     const float new_max = std::max(max_[h], simd::reduce_max(vmax));
     const VecF shift = simd::splat(new_max);
     VecF vsum = VecF{};
-    for (int j = 0; j < kTileRows; j += kLanes) {
+    for (int j = 0; j < cols; j += kLanes) {
       const VecF p = simd::exp2_nonpositive(simd::load(s + j) - shift);
       simd::store(s + j, p);
       vsum += p;
