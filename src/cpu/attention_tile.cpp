@@ -56,8 +56,7 @@ void score_block(const float* q, int64_t ldq, const float* kt, int k_len, float*
 // o[r, 0:kColBlock] = o[r, :] * rescale[r] + sum_{j < n} p[r, j] * v[j, :] for R heads;
 // p rows kTileRows apart, v rows ldv apart, o rows kValueDims apart.
 template <int R>
-void pv_block(const float* p, const float* rescale, const float* v, int64_t ldv, int n,
-              float* o) {
+void pv_block(const float* p, const float* rescale, const float* v, int64_t ldv, int n, float* o) {
   VecF acc[R][kVecBlock];
   for (int r = 0; r < R; ++r) {
     const VecF scale = simd::splat(rescale[r]);
@@ -84,10 +83,17 @@ void for_head_blocks(int num_heads, Args... args) {
   int h = 0;
   for (; h + kHeadBlock <= num_heads; h += kHeadBlock) Kernel<kHeadBlock>::run(h, args...);
   switch (num_heads - h) {
-    case 3: Kernel<3>::run(h, args...); break;
-    case 2: Kernel<2>::run(h, args...); break;
-    case 1: Kernel<1>::run(h, args...); break;
-    default: break;
+    case 3:
+      Kernel<3>::run(h, args...);
+      break;
+    case 2:
+      Kernel<2>::run(h, args...);
+      break;
+    case 1:
+      Kernel<1>::run(h, args...);
+      break;
+    default:
+      break;
   }
 }
 
@@ -101,22 +107,23 @@ struct ScoreKernel {
 
 template <int R>
 struct PvKernel {
-  static void run(int h, const float* p, const float* rescale, const float* v, int64_t ldv,
-                  int n, float* o) {
+  static void run(int h, const float* p, const float* rescale, const float* v, int64_t ldv, int n,
+                  float* o) {
     pv_block<R>(p + h * kTileRows, rescale + h, v, ldv, n, o + h * kValueDims);
   }
 };
 
-void free_floats(float* p) { ::operator delete(p, std::align_val_t{64}); }
+void free_floats(float* p) { ::operator delete (p, std::align_val_t{64}); }
 
 }  // namespace
 
 AttentionTile::AttentionTile(int d_qk, int max_heads)
     : d_qk_(d_qk), max_heads_(max_heads), storage_(nullptr, free_floats) {
   const int64_t h = max_heads;
-  const int64_t floats = h * d_qk + int64_t{kTileRows} * d_qk * 2 + h * kTileRows +
-                         h * kValueDims + 3 * h;
-  storage_.reset(static_cast<float*>(::operator new(floats * sizeof(float), std::align_val_t{64})));
+  const int64_t floats =
+      h * d_qk + int64_t{kTileRows} * d_qk * 2 + h * kTileRows + h * kValueDims + 3 * h;
+  storage_.reset(
+      static_cast<float*>(::operator new (floats * sizeof(float), std::align_val_t{64})));
   // Zeroed once: rows past the end of a partial tile then hold finite stale values, never
   // uninitialised memory (their scores are masked and their P.V terms skipped).
   std::memset(storage_.get(), 0, floats * sizeof(float));
@@ -203,10 +210,9 @@ void AttentionTile::process_tile() {
 
   // O = O * rescale + P . V, one L1-sized chunk of value dims at a time.
   for (int col = 0; col < kValueDims; col += kColBlock) {
-    for_head_blocks<PvKernel>(num_heads_, static_cast<const float*>(scores_),
-                              static_cast<const float*>(rescale_),
-                              static_cast<const float*>(k_rows_ + col), int64_t{d_qk_}, n,
-                              acc_ + col);
+    for_head_blocks<PvKernel>(
+        num_heads_, static_cast<const float*>(scores_), static_cast<const float*>(rescale_),
+        static_cast<const float*>(k_rows_ + col), int64_t{d_qk_}, n, acc_ + col);
   }
 }
 

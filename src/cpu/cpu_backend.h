@@ -35,8 +35,8 @@ inline WorkSplit split_work(int64_t num_queries, int64_t h_q, int requested_thre
   const int64_t max_workers = worker_count(INT64_MAX, requested_threads);
   int64_t groups = 1;
   if (num_queries < 2 * max_workers) {
-    groups = std::clamp<int64_t>((2 * max_workers + num_queries - 1) / num_queries, 1,
-                                 (h_q + 7) / 8);
+    groups =
+        std::clamp<int64_t>((2 * max_workers + num_queries - 1) / num_queries, 1, (h_q + 7) / 8);
   }
   const int64_t per_group = std::min<int64_t>(h_q, ((h_q + groups - 1) / groups + 3) / 4 * 4);
   split.heads_per_group = static_cast<int>(per_group);

@@ -9,8 +9,8 @@ namespace {
 
 // Feeds the valid slots of one index list of query (b, s) into the tile, prefetching the rows
 // kPrefetchRows slots ahead.
-void gather_list(const detail::KvCacheParams& cache, const detail::IndexListParams& list,
-                 int64_t b, int64_t s, AttentionTile* tile) {
+void gather_list(const detail::KvCacheParams& cache, const detail::IndexListParams& list, int64_t b,
+                 int64_t s, AttentionTile* tile) {
   const CacheRowReader reader(cache);
   const int64_t num_slots = cache.num_slots();
   const int64_t length = detail::effective_topk(list, b, s);
@@ -45,16 +45,15 @@ Status cpu_sparse_decode(const detail::DecodeParams& p, const RunOptions& option
     const int64_t b = query / pr.s_q, s = query % pr.s_q;
     const int64_t h0 = task % split.head_groups * split.heads_per_group;
     const int heads = static_cast<int>(std::min<int64_t>(split.heads_per_group, pr.h_q - h0));
-    tile.begin(p.q + b * p.q_stride_b + s * p.q_stride_s + h0 * p.q_stride_h, p.q_stride_h,
-               heads, p.softmax_scale);
+    tile.begin(p.q + b * p.q_stride_b + s * p.q_stride_s + h0 * p.q_stride_h, p.q_stride_h, heads,
+               p.softmax_scale);
     gather_list(p.cache, p.list, b, s, &tile);
     if (p.has_extra) gather_list(p.extra_cache, p.extra_list, b, s, &tile);
-    tile.finish(p.attn_sink != nullptr ? p.attn_sink + h0 * p.attn_sink_stride : nullptr,
-                p.attn_sink_stride,
-                p.out + b * p.out_stride_b + s * p.out_stride_s + h0 * p.out_stride_h,
-                p.out_stride_h,
-                p.lse + b * p.lse_stride_b + s * p.lse_stride_s + h0 * p.lse_stride_h,
-                p.lse_stride_h, nullptr, 0);
+    tile.finish(
+        p.attn_sink != nullptr ? p.attn_sink + h0 * p.attn_sink_stride : nullptr,
+        p.attn_sink_stride, p.out + b * p.out_stride_b + s * p.out_stride_s + h0 * p.out_stride_h,
+        p.out_stride_h, p.lse + b * p.lse_stride_b + s * p.lse_stride_s + h0 * p.lse_stride_h,
+        p.lse_stride_h, nullptr, 0);
   });
   return {};
 }

@@ -64,8 +64,8 @@ Status reference_run_decode(const DecodeParams& params, const DecodePlan&, void*
                             DecodeSchedule, const RunOptions&) {
   return cpu::reference_sparse_decode(params);
 }
-Status cpu_run_decode(const DecodeParams& params, const DecodePlan&, void*, size_t,
-                      DecodeSchedule, const RunOptions& options) {
+Status cpu_run_decode(const DecodeParams& params, const DecodePlan&, void*, size_t, DecodeSchedule,
+                      const RunOptions& options) {
   return cpu::cpu_sparse_decode(params, options);
 }
 

@@ -40,8 +40,8 @@ struct HeadResult {
 };
 
 // SPEC §2 for one head of one query; `q` is [d_qk] bf16, `sink` may be null.
-void attend_one_head(const bf16_bits* q, const GatheredRows& rows, double scale,
-                     const float* sink, HeadResult* r) {
+void attend_one_head(const bf16_bits* q, const GatheredRows& rows, double scale, const float* sink,
+                     HeadResult* r) {
   for (double& o : r->out) o = 0.0;
   if (rows.count == 0) {
     r->lse = kInf;
@@ -134,8 +134,7 @@ Status reference_sparse_decode(const detail::DecodeParams& p) {
       gather(p.cache, p.list, b, s);
       if (p.has_extra) gather(p.extra_cache, p.extra_list, b, s);
       for (int64_t h = 0; h < pr.h_q; ++h) {
-        const float* sink =
-            p.attn_sink != nullptr ? p.attn_sink + h * p.attn_sink_stride : nullptr;
+        const float* sink = p.attn_sink != nullptr ? p.attn_sink + h * p.attn_sink_stride : nullptr;
         attend_one_head(p.q + b * p.q_stride_b + s * p.q_stride_s + h * p.q_stride_h, rows,
                         p.softmax_scale, sink, &result);
         write_out(result, p.out + b * p.out_stride_b + s * p.out_stride_s + h * p.out_stride_h);

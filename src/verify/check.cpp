@@ -76,8 +76,8 @@ void add(CheckReport* report, CompareResult result) {
 
 CheckReport check_prefill(const PrefillOutputs& got, const PrefillOutputs& expected) {
   CheckReport report;
-  add(&report, compare("out", view_to_floats(got.out_view), view_to_floats(expected.out_view),
-                       kPrefillOut));
+  add(&report,
+      compare("out", view_to_floats(got.out_view), view_to_floats(expected.out_view), kPrefillOut));
   add(&report, compare("max_logits", view_to_floats(got.max_logits_view),
                        view_to_floats(expected.max_logits_view), kPrefillStats));
   add(&report, compare("lse", view_to_floats(got.lse_view), view_to_floats(expected.lse_view),
@@ -87,10 +87,10 @@ CheckReport check_prefill(const PrefillOutputs& got, const PrefillOutputs& expec
 
 CheckReport check_decode(const DecodeOutputs& got, const DecodeOutputs& expected) {
   CheckReport report;
-  add(&report, compare("out", view_to_floats(got.out_view), view_to_floats(expected.out_view),
-                       kDecodeOut));
-  add(&report, compare("lse", view_to_floats(got.lse_view), view_to_floats(expected.lse_view),
-                       kDecodeLse));
+  add(&report,
+      compare("out", view_to_floats(got.out_view), view_to_floats(expected.out_view), kDecodeOut));
+  add(&report,
+      compare("lse", view_to_floats(got.lse_view), view_to_floats(expected.lse_view), kDecodeLse));
   return report;
 }
 

@@ -72,8 +72,7 @@ CompareResult compare(std::string_view name, std::span<const float> got,
   std::string msg = prefix + ": ";
   if (r.mismatches > 0) {
     size_t i = static_cast<size_t>(r.first_bad);
-    msg += std::to_string(r.mismatches) + " of " + std::to_string(got.size()) +
-           " elements off";
+    msg += std::to_string(r.mismatches) + " of " + std::to_string(got.size()) + " elements off";
     if (special_mismatches > 0) {
       msg += " (" + std::to_string(special_mismatches) + " with inf/NaN at different positions, " +
              "first at " + std::to_string(first_special) + ")";
@@ -84,11 +83,11 @@ CompareResult compare(std::string_view name, std::span<const float> got,
     msg += "all " + std::to_string(got.size()) + " elements within tolerance; ";
   }
   msg += "max abs err " + format_double(r.max_abs_err) + " (tol " + format_double(tol.abs_tol) +
-         "), max rel err " + format_double(r.max_rel_err) + " (tol " +
-         format_double(tol.rel_tol) + ")";
+         "), max rel err " + format_double(r.max_rel_err) + " (tol " + format_double(tol.rel_tol) +
+         ")";
   if (tol.cos_tol > 0) {
-    msg += ", cos diff " + format_double(r.cos_diff) + " (tol " + format_double(tol.cos_tol) +
-           ")" + (cos_bad ? " TOO LARGE" : "");
+    msg += ", cos diff " + format_double(r.cos_diff) + " (tol " + format_double(tol.cos_tol) + ")" +
+           (cos_bad ? " TOO LARGE" : "");
   }
   r.message = msg;
   return r;

@@ -50,9 +50,9 @@ struct Rng {
     return z ^ (z >> 31);
   }
   double uniform() { return static_cast<double>(next() >> 11) * 0x1p-53; }  // [0, 1)
-  int64_t below(int64_t n) {  // [0, n), n >= 1
-    return static_cast<int64_t>(
-        static_cast<uint64_t>((static_cast<unsigned __int128>(next()) * static_cast<uint64_t>(n)) >> 64));
+  int64_t below(int64_t n) {                                                // [0, n), n >= 1
+    return static_cast<int64_t>(static_cast<uint64_t>(
+        (static_cast<unsigned __int128>(next()) * static_cast<uint64_t>(n)) >> 64));
   }
   // Approximately N(0, 1): the Irwin-Hall sum of four 16-bit uniforms, rescaled (mean 2, variance
   // 1/3). One generator call per value; tails end at +-3.46 sigma, which test data does not miss.
@@ -99,12 +99,18 @@ void parallel_ranges(int64_t n, int64_t min_per_thread, F fn) {
 // One value of the invalid-index mixture of SPEC §5; `n` = s_kv or the slot count.
 int32_t invalid_index(Rng& rng, int64_t n) {
   switch (rng.below(6)) {
-    case 0: return INT_MIN;
-    case 1: return -123456;
-    case 2: return -1;
-    case 3: return static_cast<int32_t>(std::min<int64_t>(n, INT_MAX));
-    case 4: return 114514;  // valid when n > 114514: validity is decided by the rule alone
-    default: return INT_MAX;
+    case 0:
+      return INT_MIN;
+    case 1:
+      return -123456;
+    case 2:
+      return -1;
+    case 3:
+      return static_cast<int32_t>(std::min<int64_t>(n, INT_MAX));
+    case 4:
+      return 114514;  // valid when n > 114514: validity is decided by the rule alone
+    default:
+      return INT_MAX;
   }
 }
 
@@ -129,7 +135,7 @@ void fill_list(Rng& rng, int32_t* list, int64_t topk, int64_t length, int64_t n,
       // Beyond topk_length: in-range values (must not be read; their rows are poisoned unless
       // another query references them) mixed with invalid ones.
       v = invalid_indices && rng.below(2) == 0 ? invalid_index(rng, n)
-                                                : static_cast<int32_t>(rng.below(n));
+                                               : static_cast<int32_t>(rng.below(n));
     }
     list[k] = v;
   }
@@ -170,8 +176,9 @@ void fill_sinks(uint64_t seed, int64_t h_q, int64_t stride, std::vector<float>* 
   for (int64_t h = 0; h < h_q; ++h) {
     Rng rng(seed, kSink, h);
     int64_t u = rng.below(8);
-    (*sinks)[h * stride] = u == 0 ? INFINITY : u == 1 ? -INFINITY
-                                                      : static_cast<float>(rng.uniform() * 7 - 1);
+    (*sinks)[h * stride] = u == 0   ? INFINITY
+                           : u == 1 ? -INFINITY
+                                    : static_cast<float>(rng.uniform() * 7 - 1);
   }
 }
 
@@ -192,16 +199,17 @@ Status make_prefill_case(const PrefillRecipe& r, PrefillCase* c) {
   if (c == nullptr) return invalid_argument("make_prefill_case: out is null");
   SMLA_RETURN_IF_ERROR(check_recipe_dims("make_prefill_case", r.s_q, r.h_q, r.topk));
   if ((r.d_qk != 512 && r.d_qk != 576) || r.s_kv < 1 || r.s_kv > INT_MAX) {
-    return invalid_argument("make_prefill_case: recipe needs d_qk 512 or 576 and 1 <= s_kv < 2^31"
-                            " (got d_qk " + std::to_string(r.d_qk) + ", s_kv " +
-                            std::to_string(r.s_kv) + ")");
+    return invalid_argument(
+        "make_prefill_case: recipe needs d_qk 512 or 576 and 1 <= s_kv < 2^31"
+        " (got d_qk " +
+        std::to_string(r.d_qk) + ", s_kv " + std::to_string(r.s_kv) + ")");
   }
   *c = PrefillCase{};
   c->recipe = r;
   const int64_t s_q = r.s_q, h_q = r.h_q, d = r.d_qk, topk = r.topk, s_kv = r.s_kv;
   const bool pad = r.padded_strides;
-  c->problem = SparsePrefillProblem{s_q, s_kv, h_q, d, 512, topk, r.attn_sink, r.topk_length,
-                                    Device::cpu()};
+  c->problem =
+      SparsePrefillProblem{s_q, s_kv, h_q, d, 512, topk, r.attn_sink, r.topk_length, Device::cpu()};
   c->sm_scale = r.sm_scale > 0 ? r.sm_scale : static_cast<float>(1.0 / std::sqrt(double(d)));
 
   // indices [s_q, 1, topk] int32, topk_length [s_q] int32
@@ -221,8 +229,7 @@ Status make_prefill_case(const PrefillRecipe& r, PrefillCase* c) {
       Rng empty_rng(r.seed, kEmpty, i);
       bool empty = r.empty_queries && (empty_rng.below(16) == 0 || (s_q >= 2 && i == 1));
       Rng rng(r.seed, kIndices, i);
-      fill_list(rng, &c->indices[i * idx_stride], topk, lengths[i], s_kv, empty,
-                r.invalid_indices);
+      fill_list(rng, &c->indices[i * idx_stride], topk, lengths[i], s_kv, empty, r.invalid_indices);
     }
   });
   if (r.topk_length) {
@@ -258,8 +265,8 @@ Status make_prefill_case(const PrefillRecipe& r, PrefillCase* c) {
 
   c->q_view = TensorView::strided(c->q.data(), DType::kBFloat16, {s_q, h_q, d},
                                   {q_stride_s, q_stride_h, 1});
-  c->kv_view = TensorView::strided(c->kv.data(), DType::kBFloat16, {s_kv, 1, d},
-                                   {kv_stride, kv_stride, 1});
+  c->kv_view =
+      TensorView::strided(c->kv.data(), DType::kBFloat16, {s_kv, 1, d}, {kv_stride, kv_stride, 1});
   c->indices_view = TensorView::strided(c->indices.data(), DType::kInt32, {s_q, 1, topk},
                                         {idx_stride, idx_stride, 1});
   if (r.topk_length) {
@@ -304,7 +311,7 @@ struct ListPlan {
 struct ListData {
   std::vector<int32_t> indices, lengths;  // padded storage
   int64_t stride_b = 0, stride_s = 0, len_stride_b = 0, len_stride_s = 0;
-  std::vector<uint8_t> referenced;        // [num_slots]
+  std::vector<uint8_t> referenced;  // [num_slots]
   int64_t attended = 0;
 };
 
@@ -360,8 +367,8 @@ void make_list(const DecodeRecipe& r, const ListPlan& p, const std::vector<uint8
   out->referenced.assign(p.num_slots, 0);
   for (int64_t qi = 0; qi < b * s_q; ++qi) {
     out->attended += len[qi];
-    mark_referenced(&out->indices[(qi / s_q) * out->stride_b + (qi % s_q) * out->stride_s],
-                    len[qi], p.num_slots, &out->referenced);
+    mark_referenced(&out->indices[(qi / s_q) * out->stride_b + (qi % s_q) * out->stride_s], len[qi],
+                    p.num_slots, &out->referenced);
   }
 }
 
@@ -373,8 +380,8 @@ Status make_cache(const DecodeRecipe& r, int d_qk, int64_t num_blocks, int64_t p
   const KvCacheFormatInfo& info = kv_cache_format_info(r.format);
   int64_t stride = kv_cache_min_block_stride(r.format, page, d_qk);
   if (r.padded_strides) {
-    stride += info.block_alignment > 1 ? info.block_alignment
-                                       : kv_cache_bytes_per_token(r.format, d_qk);
+    stride +=
+        info.block_alignment > 1 ? info.block_alignment : kv_cache_bytes_per_token(r.format, d_qk);
   }
   // 0xff bytes: NaN as e4m3, bf16 and fp32, so a read of a spare row shows in the output.
   bytes->assign(num_blocks * stride, 0xff);
@@ -419,9 +426,10 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
   if (r.b < 1 || r.page_block_size < 1 || (d_qk != 512 && d_qk != 576) ||
       (info.d_qk != 0 && d_qk != info.d_qk) ||
       (r.extra_cache && (r.extra_topk < 1 || r.extra_page_block_size < 1))) {
-    return invalid_argument("make_decode_case: recipe needs b >= 1, page sizes >= 1, extra_topk"
-                            " >= 1 and a d_qk the format supports (got b " +
-                            std::to_string(r.b) + ", d_qk " + std::to_string(d_qk) + ")");
+    return invalid_argument(
+        "make_decode_case: recipe needs b >= 1, page sizes >= 1, extra_topk"
+        " >= 1 and a d_qk the format supports (got b " +
+        std::to_string(r.b) + ", d_qk " + std::to_string(d_qk) + ")");
   }
   *c = DecodeCase{};
   c->recipe = r;
@@ -468,8 +476,8 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
 
   ListData main;
   make_list(r,
-            ListPlan{r.topk, num_blocks * r.page_block_size, r.topk_length,
-                     r.topk_length_per_token, kLength, kIndices},
+            ListPlan{r.topk, num_blocks * r.page_block_size, r.topk_length, r.topk_length_per_token,
+                     kLength, kIndices},
             empty, &main);
   SMLA_RETURN_IF_ERROR(make_cache(r, d_qk, num_blocks, r.page_block_size, main.referenced, kKv,
                                   &c->cache, &c->cache_view));
@@ -482,8 +490,7 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
         r.topk_length_per_token
             ? TensorView::strided(c->topk_length.data(), DType::kInt32, {b, s_q},
                                   {main.len_stride_b, 1})
-            : TensorView::strided(c->topk_length.data(), DType::kInt32, {b},
-                                  {main.len_stride_b});
+            : TensorView::strided(c->topk_length.data(), DType::kInt32, {b}, {main.len_stride_b});
   }
   c->attended = main.attended;
   c->retrieved_main = count_referenced(main.referenced);
@@ -605,7 +612,8 @@ Status upload_vector(const std::vector<T>& v, Device device, std::vector<Buffer>
                      void** dst) {
   Buffer buf;
   SMLA_RETURN_IF_ERROR(Buffer::allocate(device, v.size() * sizeof(T), &buf));
-  SMLA_RETURN_IF_ERROR(copy_bytes(buf.data(), device, v.data(), Device::cpu(), v.size() * sizeof(T)));
+  SMLA_RETURN_IF_ERROR(
+      copy_bytes(buf.data(), device, v.data(), Device::cpu(), v.size() * sizeof(T)));
   *dst = buf.data();
   buffers->push_back(std::move(buf));
   return {};
@@ -678,8 +686,8 @@ Status upload(const DecodeCase& c, Device device, DeviceDecodeInputs* out) {
     a.extra_kv_cache->data = extra;
     a.extra_kv_cache->device = device;
     a.extra_indices.emplace();
-    SMLA_RETURN_IF_ERROR(upload_view(c.extra_indices, *c.extra_indices_view, device,
-                                     &out->buffers, &*a.extra_indices));
+    SMLA_RETURN_IF_ERROR(upload_view(c.extra_indices, *c.extra_indices_view, device, &out->buffers,
+                                     &*a.extra_indices));
     if (c.extra_topk_length_view) {
       a.extra_topk_length.emplace();
       SMLA_RETURN_IF_ERROR(upload_view(c.extra_topk_length, *c.extra_topk_length_view, device,

@@ -1,6 +1,8 @@
 // The SPEC §5 comparator must catch what it exists for: inf/NaN at different positions, one bad
 // element among many, and a small drift spread over every element that per-element tolerances
 // let through but the cosine difference does not; and it must pass what is within tolerance.
+#include "verify/compare.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "sparse_mla/sparse_mla.h"
-#include "verify/compare.h"
 
 namespace sparse_mla::verify {
 namespace {

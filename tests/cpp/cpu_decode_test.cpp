@@ -65,7 +65,7 @@ struct TinyDecode {
     while (rows->size() / kDqk % page != 0) add_row(rows, 0, 0);
     int64_t slots = static_cast<int64_t>(rows->size() / kDqk);
     return KvCacheView{rows->data(), KvCacheFormat::kBf16, slots / page, page, page * kDqk * 2,
-                       kDqk, Device::cpu()};
+                       kDqk,         Device::cpu()};
   }
   Status run(Backend backend, float scale, bool with_extra) {
     SparseDecodeProblem problem;
@@ -103,8 +103,8 @@ class HandComputedDecode : public ::testing::TestWithParam<Backend> {};
 
 TEST_P(HandComputedDecode, MainAndExtraFormOneSoftmax) {
   TinyDecode t;
-  TinyDecode::add_row(&t.main_rows, 1.0f, 2.0f);   // slot 0
-  TinyDecode::add_row(&t.main_rows, 0.0f, 1.0f);   // slot 1
+  TinyDecode::add_row(&t.main_rows, 1.0f, 2.0f);    // slot 0
+  TinyDecode::add_row(&t.main_rows, 0.0f, 1.0f);    // slot 1
   TinyDecode::add_row(&t.extra_rows, 2.0f, -3.0f);  // extra slot 0
   t.main_idx = {0, 1, -1};
   t.extra_idx = {0, 0, 7};  // 7 >= the extra cache's 2 slots: invalid
@@ -171,10 +171,10 @@ TEST(ReferenceDecode, EqualsPrefillOnDequantizedRows) {
     const int64_t d = c.problem.d_qk, main_slots = c.cache_view.num_slots(),
                   extra_slots = c.extra_cache_view->num_slots();
     std::vector<uint16_t> kv((main_slots + extra_slots) * d);
-    ASSERT_TRUE(dequantize_kv_cache(c.cache_view,
-                                    TensorView::contiguous(kv.data(), DType::kBFloat16,
-                                                           {c.cache_view.num_blocks,
-                                                            r.page_block_size, 1, d}))
+    ASSERT_TRUE(dequantize_kv_cache(
+                    c.cache_view,
+                    TensorView::contiguous(kv.data(), DType::kBFloat16,
+                                           {c.cache_view.num_blocks, r.page_block_size, 1, d}))
                     .ok());
     ASSERT_TRUE(dequantize_kv_cache(*c.extra_cache_view,
                                     TensorView::contiguous(&kv[main_slots * d], DType::kBFloat16,
@@ -203,8 +203,8 @@ TEST(ReferenceDecode, EqualsPrefillOnDequantizedRows) {
         SparsePrefillArgs args;
         args.q = TensorView::contiguous(&c.q[(b * r.s_q + s) * r.h_q * d], DType::kBFloat16,
                                         {1, r.h_q, d});
-        args.kv = TensorView::contiguous(kv.data(), DType::kBFloat16,
-                                         {main_slots + extra_slots, 1, d});
+        args.kv =
+            TensorView::contiguous(kv.data(), DType::kBFloat16, {main_slots + extra_slots, 1, d});
         args.indices = TensorView::contiguous(indices.data(), DType::kInt32, {1, 1, topk});
         args.sm_scale = static_cast<float>(1.0 / std::sqrt(double(d)));
         args.attn_sink = c.attn_sink_view;
@@ -277,16 +277,17 @@ TEST_P(DecodeSweep, CpuMatchesReference) {
   expect_cpu_matches_reference(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Recipe, DecodeSweep,
-    ::testing::Combine(::testing::Range(0, 4), ::testing::Values(1, 8, 16, 32, 64, 128),
-                       ::testing::Values(1, 37, 100, 128)),
-    [](const auto& info) {
-      const FormatChoice& f = kFormats[std::get<0>(info.param)];
-      return std::string(kv_cache_format_name(f.format)) + "_d" + std::to_string(f.d_qk) + "_h" +
-             std::to_string(std::get<1>(info.param)) + "_topk" +
-             std::to_string(std::get<2>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Recipe, DecodeSweep,
+                         ::testing::Combine(::testing::Range(0, 4),
+                                            ::testing::Values(1, 8, 16, 32, 64, 128),
+                                            ::testing::Values(1, 37, 100, 128)),
+                         [](const auto& info) {
+                           const FormatChoice& f = kFormats[std::get<0>(info.param)];
+                           return std::string(kv_cache_format_name(f.format)) + "_d" +
+                                  std::to_string(f.d_qk) + "_h" +
+                                  std::to_string(std::get<1>(info.param)) + "_topk" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
 TEST(CpuDecode, ManyRequestsSmallTopk) {
   DecodeRecipe r;

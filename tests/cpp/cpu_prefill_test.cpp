@@ -46,8 +46,11 @@ struct TinyPrefill {
   PrefillOutputs outputs;
 
   TinyPrefill(std::vector<float> a, std::vector<float> v, std::vector<int32_t> idx)
-      : s_kv(static_cast<int64_t>(a.size())), topk(static_cast<int64_t>(idx.size())),
-        q(kDqk, 0), kv(a.size() * kDqk, 0), indices(std::move(idx)) {
+      : s_kv(static_cast<int64_t>(a.size())),
+        topk(static_cast<int64_t>(idx.size())),
+        q(kDqk, 0),
+        kv(a.size() * kDqk, 0),
+        indices(std::move(idx)) {
     q[0] = float_to_bf16(1.0f);
     for (size_t j = 0; j < a.size(); ++j) {
       kv[j * kDqk + 0] = float_to_bf16(a[j]);
@@ -88,9 +91,8 @@ TEST_P(HandComputedPrefill, TwoRowsSoftmax) {
   EXPECT_NEAR(t.lse(), lse, 1e-6);
   EXPECT_NEAR(t.max_logit(), s0, 1e-6);
   EXPECT_NEAR(t.out(1), out1, std::fabs(out1) / 128);
-  EXPECT_EQ(t.out(0), static_cast<float>(bf16_to_float(float_to_bf16(
-                          static_cast<float>((std::exp(s0) * 1.0 + std::exp(s1) * -0.5) /
-                                             std::exp(lse))))));
+  EXPECT_EQ(t.out(0), static_cast<float>(bf16_to_float(float_to_bf16(static_cast<float>(
+                          (std::exp(s0) * 1.0 + std::exp(s1) * -0.5) / std::exp(lse))))));
   for (int d = 2; d < 512; ++d) ASSERT_EQ(t.out(d), 0.0f) << d;
 }
 
@@ -184,15 +186,15 @@ TEST_P(PrefillSweep, CpuMatchesReference) {
   expect_cpu_matches_reference(r);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Recipe, PrefillSweep,
-    ::testing::Combine(::testing::Values(576, 512), ::testing::Values(1, 8, 16, 32, 64, 128),
-                       ::testing::Values(1, 37, 100, 128)),
-    [](const auto& info) {
-      return "d" + std::to_string(std::get<0>(info.param)) + "_h" +
-             std::to_string(std::get<1>(info.param)) + "_topk" +
-             std::to_string(std::get<2>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Recipe, PrefillSweep,
+                         ::testing::Combine(::testing::Values(576, 512),
+                                            ::testing::Values(1, 8, 16, 32, 64, 128),
+                                            ::testing::Values(1, 37, 100, 128)),
+                         [](const auto& info) {
+                           return "d" + std::to_string(std::get<0>(info.param)) + "_h" +
+                                  std::to_string(std::get<1>(info.param)) + "_topk" +
+                                  std::to_string(std::get<2>(info.param));
+                         });
 
 TEST(CpuPrefill, OptionalInputsOff) {
   PrefillRecipe r;
@@ -270,8 +272,8 @@ TEST(CpuPrefill, PoisonedRowsWouldShow) {
   const int64_t kv_stride = c.kv_view.strides[0], idx_stride = c.indices_view.strides[0];
   int64_t poisoned_targets = 0;
   for (int64_t i = 0; i < r.s_q; ++i) {
-    const int64_t len = std::clamp<int64_t>(c.topk_length[i * c.topk_length_view->strides[0]],
-                                            0, r.topk);
+    const int64_t len =
+        std::clamp<int64_t>(c.topk_length[i * c.topk_length_view->strides[0]], 0, r.topk);
     for (int64_t k = len; k < r.topk; ++k) {
       const int32_t idx = c.indices[i * idx_stride + k];
       if (idx >= 0 && idx < r.s_kv && std::isnan(bf16_to_float(c.kv[idx * kv_stride]))) {

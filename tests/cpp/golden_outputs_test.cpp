@@ -48,20 +48,20 @@ TEST_P(GoldenPrefill, MatchesFlashMla) {
   const Status s = sparse_prefill(args, backend_options(backend));
   ASSERT_TRUE(s.ok()) << s.message();
 
-  expect_close(verify::compare_bf16("out", out, c.tensor("out").as<uint16_t>(),
-                                    verify::kPrefillOut));
+  expect_close(
+      verify::compare_bf16("out", out, c.tensor("out").as<uint16_t>(), verify::kPrefillOut));
   expect_close(verify::compare("max_logits", max_logits, c.tensor("max_logits").as<float>(),
                                verify::kPrefillStats));
   expect_close(verify::compare("lse", lse, c.tensor("lse").as<float>(), verify::kPrefillStats));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, GoldenPrefill,
-    ::testing::Combine(::testing::Values("prefill_d576", "prefill_d512"),
-                       ::testing::Values(Backend::kReference, Backend::kCpu)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + backend_name(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenPrefill,
+                         ::testing::Combine(::testing::Values("prefill_d576", "prefill_d512"),
+                                            ::testing::Values(Backend::kReference, Backend::kCpu)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  backend_name(std::get<1>(info.param));
+                         });
 
 class GoldenDecode : public ::testing::TestWithParam<std::tuple<std::string, Backend>> {};
 
@@ -99,8 +99,8 @@ TEST_P(GoldenDecode, MatchesFlashMla) {
                     backend_options(backend));
   ASSERT_TRUE(s.ok()) << s.message();
 
-  expect_close(verify::compare_bf16("out", out, c.tensor("out").as<uint16_t>(),
-                                    verify::kDecodeOut));
+  expect_close(
+      verify::compare_bf16("out", out, c.tensor("out").as<uint16_t>(), verify::kDecodeOut));
   // FlashMLA returns lse as [b, h_q, s_q]; ours is [b, s_q, h_q].
   std::span<const float> golden_lse = c.tensor("lse_b_h_sq").as<float>();
   std::vector<float> expected(lse.size());
@@ -114,13 +114,13 @@ TEST_P(GoldenDecode, MatchesFlashMla) {
   expect_close(verify::compare("lse", lse, expected, verify::kDecodeLse));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Cases, GoldenDecode,
-    ::testing::Combine(::testing::Values("decode_d576", "decode_d512"),
-                       ::testing::Values(Backend::kReference, Backend::kCpu)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" + backend_name(std::get<1>(info.param));
-    });
+INSTANTIATE_TEST_SUITE_P(Cases, GoldenDecode,
+                         ::testing::Combine(::testing::Values("decode_d576", "decode_d512"),
+                                            ::testing::Values(Backend::kReference, Backend::kCpu)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  backend_name(std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace sparse_mla

@@ -2,6 +2,8 @@
 // invalid-index kind, lonely queries, all topk_length kinds, all sink kinds, padded layouts with
 // NaN padding, and NaN poison in exactly the rows no valid slot references (decode: in the
 // quantized cache, so it survives quantization).
+#include "verify/recipe.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,7 +14,6 @@
 #include <vector>
 
 #include "sparse_mla/sparse_mla.h"
-#include "verify/recipe.h"
 
 namespace sparse_mla::verify {
 namespace {
