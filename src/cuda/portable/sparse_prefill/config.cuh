@@ -36,10 +36,50 @@ struct PrefillSmem {
   uint8_t valid[2][Shape::kBlockKeys];               // [2][64] slot validity per buffer
 };
 
+// The 64-row CTA (h_q > 32) uses its own tiling (wide_tile.cuh), built to cut shared-memory
+// reads, which bound the kernel (docs/kernels/portable_sparse_prefill.md):
+//   QK^T split over d_qk: warp (g, rh, kh) scores rows [32 rh, +32) x keys [32 kh, +32) of the
+//        block over k-steps 2, 3 (g = 1) or 0, 1 (g = 0) of every 64-dim panel, i.e. half of
+//        d_qk; 32x32 warp tiles read 256 B of fragments per MMA (32x16 tiles: 384 B). The two
+//        partial sums of a tile meet in shared memory (2 KB per warp pair, fp32), after which
+//        warp (g, rh, kh) owns rows [32 rh + 16 g, +16) x keys [32 kh, +32).
+//   P.V: warp w owns all 64 rows x output columns [64 w, +64) (128 fp32 registers); V fragments
+//        then feed 4 m16 tiles (160 B of fragments per MMA -> 128 B).
+template <int kDqkValue>
+struct WideShape {
+  static constexpr int kDqk = kDqkValue;
+  static constexpr int kDv = 512;
+  static constexpr int kRows = 64;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockKeys = 64;
+  static constexpr int kPanels = kDqk / 64;       // 64-dim panels of a row: 9 or 8
+  static constexpr int kChunksPerRow = kDqk / 8;  // 16-B chunks of a bf16 row
+  static constexpr int kColsPerWarp = kDv / kWarps;  // 64 output columns = 8 n8 tiles
+  static constexpr int kQBytes = kRows * kDqk * 2;
+  static constexpr int kKvTileBytes = kBlockKeys * kDqk * 2;
+  static constexpr int kPBytes = kRows * kBlockKeys * 2;
+  static_assert(kDqk == 576 || kDqk == 512, "d_qk must be 576 or 512");
+};
+
+// Shared memory of the 64-row CTA (576 dims): 73,728 Q + 2 x 73,728 KV + 8,192 P (first used as
+// the split-K exchange: 4 warp pairs x 2 KB) + 1,024 row statistics + 128 validity flags =
+// 230,528 B <= 232,448.
+template <class Shape>
+struct WideSmem {
+  alignas(1024) uint8_t q[Shape::kQBytes];           // [64, d_qk] bf16, swizzled
+  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // [2][64, d_qk] bf16, swizzled
+  alignas(1024) uint8_t p[Shape::kPBytes];           // [64, 64] bf16 P, swizzled
+  float red[2][Shape::kRows];       // per key half: partial row max, at the end partial row sum
+  float alpha[Shape::kRows];        // this block's O rescale per row
+  float out_scale[Shape::kRows];    // 1 / (l + sink term) per row, 0 for empty rows
+  uint8_t valid[2][Shape::kBlockKeys];  // [buffer][key] slot validity
+};
+
 // Opt-in shared memory per block on sm_90 (227 KiB); sm_80 allows 163 KiB, sm_86/89 99 KiB —
 // the host checks the device's limit before launching.
 inline constexpr int kMaxSmemSm90 = 232448;
-static_assert(sizeof(PrefillSmem<PrefillShape<576, 64>>) <= kMaxSmemSm90);
-static_assert(sizeof(PrefillSmem<PrefillShape<512, 64>>) <= kMaxSmemSm90);
+static_assert(sizeof(WideSmem<WideShape<576>>) <= kMaxSmemSm90);
+static_assert(sizeof(PrefillSmem<PrefillShape<576, 32>>) <= kMaxSmemSm90);
 
 }  // namespace sparse_mla::cuda::portable_prefill

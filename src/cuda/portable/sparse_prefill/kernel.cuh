@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/params.h"
 #include "cuda/device/gather.cuh"
@@ -19,6 +20,7 @@
 #include "cuda/portable/common/tile_attention.cuh"
 #include "cuda/portable/sparse_prefill/config.cuh"
 #include "cuda/portable/sparse_prefill/launch.h"
+#include "cuda/portable/sparse_prefill/wide_kernel.cuh"
 #include "cuda/runtime/cuda_check.h"
 
 namespace sparse_mla::cuda::portable_prefill {
@@ -152,12 +154,15 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
 template <int kDqk, int kRows>
 int prefill_smem_bytes() {
-  return static_cast<int>(sizeof(PrefillSmem<PrefillShape<kDqk, kRows>>));
+  if constexpr (kRows == 64) {
+    return static_cast<int>(sizeof(WideSmem<WideShape<kDqk>>));
+  } else {
+    return static_cast<int>(sizeof(PrefillSmem<PrefillShape<kDqk, kRows>>));
+  }
 }
 
 template <int kDqk, int kRows>
 Status launch_portable_sparse_prefill(const detail::PrefillParams& p, cudaStream_t stream) {
-  using Shape = PrefillShape<kDqk, kRows>;
   const int head_groups = static_cast<int>((p.problem.h_q + kRows - 1) / kRows);
   const int64_t grid = p.problem.s_q * head_groups;
   if (grid == 0) return {};
@@ -166,7 +171,14 @@ Status launch_portable_sparse_prefill(const detail::PrefillParams& p, cudaStream
                        " exceeds the grid limit 2^31 - 1");
   }
   const int smem = prefill_smem_bytes<kDqk, kRows>();
-  auto kernel = portable_sparse_prefill_kernel<Shape>;
+  // 64 rows: the split-d_qk tiling (wide_kernel.cuh); 16 and 32 rows: the shared MMA core.
+  using Shape = std::conditional_t<kRows == 64, WideShape<kDqk>, PrefillShape<kDqk, kRows>>;
+  void (*kernel)(const detail::PrefillParams, int);
+  if constexpr (kRows == 64) {
+    kernel = portable_sparse_prefill_wide_kernel<Shape>;
+  } else {
+    kernel = portable_sparse_prefill_kernel<Shape>;
+  }
   SMLA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   kernel<<<static_cast<unsigned>(grid), Shape::kThreads, smem, stream>>>(p, head_groups);

@@ -1,0 +1,167 @@
+// The 64-row portable prefill kernel (h_q > 32; config.cuh WideShape, wide_tile.cuh): one CTA =
+// one query token x 64 heads, 8 warps, the token's slots in 64-key blocks, double-buffered
+// cp.async gathers. Per block i: wait for block i's rows, __syncthreads; issue block i+1's rows
+// into the other buffer and fetch block i+2's indices; score (split d_qk) -> exchange -> softmax
+// (2 __syncthreads) -> accumulate. No address staging in shared memory: each thread gathers 16-B
+// chunks q, q+4, ... of one row (row = thread / 4), so it needs one index per block.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/params.h"
+#include "cuda/device/online_softmax.cuh"
+#include "cuda/device/ptx/cp_async.cuh"
+#include "cuda/portable/sparse_prefill/config.cuh"
+#include "cuda/portable/sparse_prefill/wide_tile.cuh"
+
+namespace sparse_mla::cuda::portable_prefill {
+
+// One 64-row tile of rows: thread t copies chunks (t % 4) + 4j of row t / 4 (4 threads cover a
+// 64-B run of a row; a warp's 16-B writes land on 8 rows x 4 chunks = all 8 bank groups, 4 times).
+template <class Shape>
+__device__ __forceinline__ void wide_gather_row(uint32_t tile, int thread, const uint8_t* src,
+                                                bool valid) {
+  const int row = thread >> 2;
+#pragma unroll
+  for (int j = 0; j < Shape::kChunksPerRow / 4; ++j) {
+    const int chunk = (thread & 3) + 4 * j;
+    ptx::cp_async_cg_16(tile + tile_chunk_offset<Shape::kRows>(row, chunk), src + 16 * chunk,
+                        valid ? 16u : 0u);
+  }
+}
+
+// Index of this thread's row in block `block`, -1 past the valid prefix.
+template <class Shape>
+__device__ __forceinline__ int32_t wide_row_index(const int32_t* token_indices, int64_t n_valid,
+                                                  int block, int thread) {
+  const int64_t k = static_cast<int64_t>(block) * Shape::kBlockKeys + (thread >> 2);
+  return k < n_valid ? __ldg(token_indices + k) : -1;
+}
+
+// Gathers block `block` (this thread's row has index `index`) into buffer block & 1 and records
+// the row's validity (0 <= index < s_kv); invalid rows are zero-filled from row 0's address.
+template <class Shape>
+__device__ __forceinline__ void wide_load_block(const detail::PrefillParams& p, int32_t index,
+                                                int block, int thread, WideSmem<Shape>& sm) {
+  const bool valid = index >= 0 && index < p.problem.s_kv;
+  const auto* src = reinterpret_cast<const uint8_t*>(
+      p.kv + (valid ? static_cast<int64_t>(index) * p.kv_stride_s : 0));
+  wide_gather_row<Shape>(smem_u32(sm.kv[block & 1]), thread, src, valid);
+  if ((thread & 3) == 0) sm.valid[block & 1][thread >> 2] = valid ? 1 : 0;
+}
+
+// finish + store: row sums over the key halves; owners (kh 0) write lse, max_logits and the
+// rows' output scales; every warp stores its 64 rows x 64 columns. Heads >= h_q are skipped; a
+// head with no valid slot gets out 0, lse +inf, max_logits -inf.
+template <class Shape>
+__device__ __forceinline__ void wide_store(const detail::PrefillParams& p, int64_t token,
+                                           int head0, const WidePlace& w,
+                                           const WideAccum<Shape>& acc, WideSmem<Shape>& sm) {
+  const int gq = w.lane >> 2, t = w.lane & 3;
+  const int h_q = static_cast<int>(p.problem.h_q);
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float l = quad_sum(acc.l[half]);
+    if (t == 0) sm.red[w.kh][w.own_row0 + 8 * half + gq] = l;
+  }
+  __syncthreads();
+  if (w.kh == 0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = w.own_row0 + 8 * half + gq;
+      const int head = head0 + row;
+      const float l = sm.red[0][row] + sm.red[1][row];
+      const float m = acc.m[half];
+      const bool empty = !(l > 0.0f);
+      const float* sink = p.attn_sink != nullptr && head < h_q
+                              ? p.attn_sink + head * p.attn_sink_stride
+                              : nullptr;
+      if (t == 0) {
+        sm.out_scale[row] = empty ? 0.0f : output_scale(m, l, sink);
+        if (head < h_q) {
+          p.lse[token * p.lse_stride_s + head * p.lse_stride_h] =
+              empty ? INFINITY : (m + log2f(l)) * kLn2;
+          p.max_logits[token * p.max_logits_stride_s + head * p.max_logits_stride_h] =
+              empty ? -INFINITY : m * kLn2;
+        }
+      }
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 16 * mt + 8 * half + gq;
+      const int head = head0 + row;
+      if (head >= h_q) continue;
+      const float scale = sm.out_scale[row];
+      uint16_t* out_row = p.out + token * p.out_stride_s + head * p.out_stride_h + w.col0 + 2 * t;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
+            ptx::pack_bf16x2(acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
+      }
+    }
+  }
+}
+
+template <class Shape>
+__global__ void __launch_bounds__(Shape::kThreads, 1)
+    portable_sparse_prefill_wide_kernel(const detail::PrefillParams p, int head_groups) {
+  extern __shared__ __align__(1024) uint8_t smem_bytes[];
+  auto& sm = *reinterpret_cast<WideSmem<Shape>*>(smem_bytes);
+  const int thread = threadIdx.x;
+  const int64_t token = blockIdx.x / head_groups;
+  const int head0 = static_cast<int>(blockIdx.x % head_groups) * Shape::kRows;
+
+  int64_t n_valid = p.problem.topk;
+  if (p.topk_length != nullptr) {
+    const int64_t n = p.topk_length[token * p.topk_length_stride];
+    n_valid = n < 0 ? 0 : (n < n_valid ? n : n_valid);
+  }
+  const int num_blocks = static_cast<int>((n_valid + Shape::kBlockKeys - 1) / Shape::kBlockKeys);
+  const int32_t* token_indices = p.indices + token * p.indices_stride_s;
+
+  {  // Q: this thread's row is head head0 + thread / 4; heads >= h_q are zero-filled.
+    const int head = head0 + (thread >> 2);
+    const bool valid = head < p.problem.h_q;
+    const auto* src = reinterpret_cast<const uint8_t*>(p.q + token * p.q_stride_s +
+                                                       (valid ? head : 0) * p.q_stride_h);
+    wide_gather_row<Shape>(smem_u32(sm.q), thread, src, valid);
+  }
+  if (num_blocks > 0) {
+    wide_load_block<Shape>(p, wide_row_index<Shape>(token_indices, n_valid, 0, thread), 0,
+                           thread, sm);
+  }
+  ptx::cp_async_commit();
+  int32_t next_index = wide_row_index<Shape>(token_indices, n_valid, 1, thread);
+
+  const WidePlace w = wide_place(thread);
+  WideAccum<Shape> acc;
+  acc.reset();
+  const float scale_log2 = p.sm_scale * kLog2e;
+
+  for (int block = 0; block < num_blocks; ++block) {
+    ptx::cp_async_wait<0>();
+    __syncthreads();  // block's rows landed; every warp is done with the other buffer and P
+    if (block + 1 < num_blocks) {
+      wide_load_block<Shape>(p, next_index, block + 1, thread, sm);
+      ptx::cp_async_commit();
+      next_index = wide_row_index<Shape>(token_indices, n_valid, block + 2, thread);
+    }
+    const uint32_t kv_tile = smem_u32(sm.kv[block & 1]);
+    float s[2][4][4], own[4][4];
+    wide_score<Shape>(smem_u32(sm.q), kv_tile, w, s);
+    wide_exchange(s, reinterpret_cast<float*>(sm.p), w, own);
+    wide_softmax<Shape>(own, sm.valid[block & 1], scale_log2, sm.red, sm.alpha, sm.p, w, acc);
+    wide_accumulate<Shape>(smem_u32(sm.p), kv_tile, sm.alpha, w, acc);
+  }
+  ptx::cp_async_wait<0>();
+  wide_store<Shape>(p, token, head0, w, acc, sm);
+}
+
+}  // namespace sparse_mla::cuda::portable_prefill
