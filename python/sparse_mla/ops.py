@@ -228,23 +228,33 @@ def sparse_decode(
 
 
 @torch.library.register_fake("sparse_mla::sparse_prefill")
-def _sparse_prefill_fake(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out,
-                         max_logits, lse) -> None:
+def _sparse_prefill_fake(
+    q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int,
+    attn_sink: Optional[torch.Tensor], topk_length: Optional[torch.Tensor], out: torch.Tensor,
+    max_logits: torch.Tensor, lse: torch.Tensor,
+) -> None:
     return None
 
 
 @torch.library.register_fake("sparse_mla::sparse_decode")
-def _sparse_decode_fake(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
-                        extra_indices, extra_topk_length, kv_format, softmax_scale, d_v,
-                        workspace, reuse_schedule, out, lse) -> None:
+def _sparse_decode_fake(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
+    extra_kv_cache: Optional[torch.Tensor], extra_indices: Optional[torch.Tensor],
+    extra_topk_length: Optional[torch.Tensor], kv_format: Optional[str],
+    softmax_scale: Optional[float], d_v: int, workspace: Optional[torch.Tensor],
+    reuse_schedule: bool, out: torch.Tensor, lse: torch.Tensor,
+) -> None:
     return None
 
 
 @torch.library.register_fake("sparse_mla::quantize_kv_cache")
-def _quantize_kv_cache_fake(kv, kv_format, cache) -> None:
+def _quantize_kv_cache_fake(kv: torch.Tensor, kv_format: str, cache: torch.Tensor) -> None:
     return None
 
 
 @torch.library.register_fake("sparse_mla::dequantize_kv_cache")
-def _dequantize_kv_cache_fake(cache, kv_format, out) -> None:
+def _dequantize_kv_cache_fake(
+    cache: torch.Tensor, kv_format: Optional[str], out: torch.Tensor
+) -> None:
     return None

@@ -15,11 +15,11 @@ def prefill_op_args(args):
             torch.empty(s_q, h_q), torch.empty(s_q, h_q))
 
 
-def decode_op_args(args):
+def decode_op_args(args, workspace=None):
     b, s_q, h_q = args["q"].shape[:3]
     return (args["q"], args["kv_cache"], args["indices"], args["topk_length"], args["attn_sink"],
             args.get("extra_kv_cache"), args.get("extra_indices"),
-            args.get("extra_topk_length"), None, args["softmax_scale"], 512, None, False,
+            args.get("extra_topk_length"), None, args["softmax_scale"], 512, workspace, False,
             torch.empty(b, s_q, h_q, 512, dtype=torch.bfloat16), torch.empty(b, s_q, h_q))
 
 
@@ -28,13 +28,20 @@ def test_opcheck_sparse_prefill():
     torch.library.opcheck(torch.ops.sparse_mla.sparse_prefill.default, prefill_op_args(args))
 
 
-@pytest.mark.parametrize("extra", [False, True])
-def test_opcheck_sparse_decode(extra):
+@pytest.mark.parametrize("extra,with_workspace", [(False, False), (True, False), (False, True)])
+def test_opcheck_sparse_decode(extra, with_workspace):
     # opcheck clones the inputs, and a clone of a cache view drops the padding between blocks: use
     # page sizes whose v4 blocks need none (72 * 584 is a multiple of 576).
     args = decode_case(fmt="v4_fp8", b=2, s_q=1, h_q=4, topk=16, page_block_size=72, extra=extra,
                        extra_page_block_size=72, pad=False, seed=32)
-    torch.library.opcheck(torch.ops.sparse_mla.sparse_decode.default, decode_op_args(args))
+    workspace = None
+    if with_workspace:
+        plan = sparse_mla.plan_decode(args["q"], args["kv_cache"], args["indices"],
+                                      topk_length=args["topk_length"],
+                                      attn_sink=args["attn_sink"])
+        workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8)
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_decode.default,
+                          decode_op_args(args, workspace))
 
 
 def test_opcheck_kv_cache_codec():
