@@ -9,10 +9,4 @@ __device__ __forceinline__ void named_barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
-// Signals arrival without waiting: a producer's prior shared-memory writes become visible to the
-// threads that bar.sync on the same id (producer/consumer hand-off between warps).
-__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
-
 }  // namespace sparse_mla::cuda::ptx

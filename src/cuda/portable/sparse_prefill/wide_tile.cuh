@@ -76,8 +76,8 @@ __device__ __forceinline__ void wide_score(uint32_t q_tile, uint32_t kv_tile, co
       for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
     }
   }
-  LdsmLane b_lane = ldsm_lane(kv_tile, 32 * w.kh + ((w.lane >> 4) << 3) + (w.lane & 7),
-                              (w.lane >> 3) & 1);
+  LdsmLane b_lane =
+      ldsm_lane(kv_tile, 32 * w.kh + ((w.lane >> 4) << 3) + (w.lane & 7), (w.lane >> 3) & 1);
   b_lane.x ^= 4 * w.g;
 #pragma unroll
   for (int panel = 0; panel < Shape::kPanels; ++panel) {
@@ -108,7 +108,9 @@ __device__ __forceinline__ void wide_score(uint32_t q_tile, uint32_t kv_tile, co
 // exchange: adds the partner's half of d_qk into m16 tile g; own[nt][i] = the full scores of the
 // owned rows. scratch: 4 slots (one per (rh, kh) pair) x [16 values][32 lanes] fp32, each lane
 // reading back only what it wrote, so the slot needs no barrier between warp 1's read and write.
-// Barrier ids 1..8: warp 0 arrives (its half written), warp 1 reads, writes its own half, arrives.
+// Barrier ids 1..8, bar.sync by both warps (a bar.arrive hand-off would not wait less, since each
+// warp needs the other's half, and compute-sanitizer racecheck flagged it as a race):
+// warp 0 writes its half; warp 1 reads, writes its own half; warp 0 reads.
 __device__ __forceinline__ void wide_exchange(float (&s)[2][4][4], float* scratch,
                                               const WidePlace& w, float (&own)[4][4]) {
   const int slot = 2 * w.rh + w.kh;
@@ -117,7 +119,7 @@ __device__ __forceinline__ void wide_exchange(float (&s)[2][4][4], float* scratc
   if (w.g == 0) {
 #pragma unroll
     for (int e = 0; e < 16; ++e) x[32 * e] = s[1][e / 4][e % 4];
-    ptx::named_barrier_arrive(sent, 64);
+    ptx::named_barrier_sync(sent, 64);
     ptx::named_barrier_sync(returned, 64);
 #pragma unroll
     for (int e = 0; e < 16; ++e) own[e / 4][e % 4] = s[0][e / 4][e % 4] + x[32 * e];
@@ -128,7 +130,7 @@ __device__ __forceinline__ void wide_exchange(float (&s)[2][4][4], float* scratc
       own[e / 4][e % 4] = s[1][e / 4][e % 4] + x[32 * e];
       x[32 * e] = s[0][e / 4][e % 4];
     }
-    ptx::named_barrier_arrive(returned, 64);
+    ptx::named_barrier_sync(returned, 64);
   }
 }
 
@@ -186,8 +188,8 @@ __device__ __forceinline__ void wide_softmax(float (&own)[4][4], const uint8_t* 
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const uint32_t packed = ptx::pack_bf16x2(own[nt][2 * half], own[nt][2 * half + 1]);
-      *reinterpret_cast<uint32_t*>(
-          p_tile + tile_chunk_offset<Shape::kRows>(row, 4 * w.kh + nt) + 4 * t) = packed;
+      *reinterpret_cast<uint32_t*>(p_tile + tile_chunk_offset<Shape::kRows>(row, 4 * w.kh + nt) +
+                                   4 * t) = packed;
     }
   }
   __syncthreads();
