@@ -10,20 +10,18 @@
 namespace sparse_mla::cuda::portable_prefill {
 
 // Heads per CTA and warps, by head count (the head tile of a problem is chosen on the host by
-// prefill_rows_for()):
+// prefill_rows_for()); 16 and 32 rows run the MMA core shared with decode (common/):
 //   16 rows, 4 warps: h_q <= 16. One m16 tile; 4 warps = the 4 key/column groups.
 //   32 rows, 8 warps: h_q <= 32. Two row groups of one m16 tile each.
-//   64 rows, 8 warps: h_q > 32 (two CTAs per token for 128 heads, as FlashMLA). Two row groups
-//   of two m16 tiles: 32 rows x 128 columns = 128 fp32 O registers per thread, the most that
-//   leaves room for scores and fragments under the 255-register limit of 256-thread CTAs.
+//   64 rows, 8 warps: h_q > 32 (two CTAs per token for 128 heads, as FlashMLA): WideShape below.
 template <int kRows>
 inline constexpr int kPrefillWarps = kRows == 16 ? 4 : 8;
 
 template <int kDqk, int kRows>
 using PrefillShape = TileShape<kDqk, kRows, kPrefillWarps<kRows>>;
 
-// Shared memory, in bytes (576 dims, 64 rows): 73,728 Q + 2 x 73,728 KV + 8,192 P + 2,048 row
-// statistics + 512 row addresses + 128 validity flags = 232,064 <= 232,448 (sm_90 opt-in).
+// Shared memory, in bytes (576 dims, 32 rows): 36,864 Q + 2 x 73,728 KV + 4,096 P + 1,024 row
+// statistics + 512 row addresses + 128 validity flags, rounded up to 1 KiB = 190,464.
 // Tiles are 1024-B aligned so every 128-B swizzled row starts on a bank-group boundary.
 template <class Shape>
 struct PrefillSmem {
