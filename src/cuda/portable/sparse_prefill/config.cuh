@@ -62,7 +62,7 @@ struct WideShape {
 
 // Shared memory of the 64-row CTA (576 dims): 73,728 Q + 2 x 73,728 KV + 8,192 P (first used as
 // the split-K exchange: 4 warp pairs x 2 KB) + 1,024 row statistics + 128 validity flags =
-// 230,528 B <= 232,448.
+// 230,528, rounded up to 1 KiB = 231,424 B <= 232,448.
 template <class Shape>
 struct WideSmem {
   alignas(1024) uint8_t q[Shape::kQBytes];           // [64, d_qk] bf16, swizzled
