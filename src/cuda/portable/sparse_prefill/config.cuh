@@ -51,8 +51,8 @@ struct WideShape {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockKeys = 64;
-  static constexpr int kPanels = kDqk / 64;       // 64-dim panels of a row: 9 or 8
-  static constexpr int kChunksPerRow = kDqk / 8;  // 16-B chunks of a bf16 row
+  static constexpr int kPanels = kDqk / 64;          // 64-dim panels of a row: 9 or 8
+  static constexpr int kChunksPerRow = kDqk / 8;     // 16-B chunks of a bf16 row
   static constexpr int kColsPerWarp = kDv / kWarps;  // 64 output columns = 8 n8 tiles
   static constexpr int kQBytes = kRows * kDqk * 2;
   static constexpr int kKvTileBytes = kBlockKeys * kDqk * 2;
@@ -68,9 +68,9 @@ struct WideSmem {
   alignas(1024) uint8_t q[Shape::kQBytes];           // [64, d_qk] bf16, swizzled
   alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // [2][64, d_qk] bf16, swizzled
   alignas(1024) uint8_t p[Shape::kPBytes];           // [64, 64] bf16 P, swizzled
-  float red[2][Shape::kRows];       // per key half: partial row max, at the end partial row sum
-  float alpha[Shape::kRows];        // this block's O rescale per row
-  float out_scale[Shape::kRows];    // 1 / (l + sink term) per row, 0 for empty rows
+  float red[2][Shape::kRows];           // per key half: partial row max, at the end partial row sum
+  float alpha[Shape::kRows];            // this block's O rescale per row
+  float out_scale[Shape::kRows];        // 1 / (l + sink term) per row, 0 for empty rows
   uint8_t valid[2][Shape::kBlockKeys];  // [buffer][key] slot validity
 };
 

@@ -57,9 +57,9 @@ __device__ __forceinline__ void wide_load_block(const detail::PrefillParams& p, 
 // rows' output scales; every warp stores its 64 rows x 64 columns. Heads >= h_q are skipped; a
 // head with no valid slot gets out 0, lse +inf, max_logits -inf.
 template <class Shape>
-__device__ __forceinline__ void wide_store(const detail::PrefillParams& p, int64_t token,
-                                           int head0, const WidePlace& w,
-                                           const WideAccum<Shape>& acc, WideSmem<Shape>& sm) {
+__device__ __forceinline__ void wide_store(const detail::PrefillParams& p, int64_t token, int head0,
+                                           const WidePlace& w, const WideAccum<Shape>& acc,
+                                           WideSmem<Shape>& sm) {
   const int gq = w.lane >> 2, t = w.lane & 3;
   const int h_q = static_cast<int>(p.problem.h_q);
 #pragma unroll
@@ -76,9 +76,8 @@ __device__ __forceinline__ void wide_store(const detail::PrefillParams& p, int64
       const float l = sm.red[0][row] + sm.red[1][row];
       const float m = acc.m[half];
       const bool empty = !(l > 0.0f);
-      const float* sink = p.attn_sink != nullptr && head < h_q
-                              ? p.attn_sink + head * p.attn_sink_stride
-                              : nullptr;
+      const float* sink =
+          p.attn_sink != nullptr && head < h_q ? p.attn_sink + head * p.attn_sink_stride : nullptr;
       if (t == 0) {
         sm.out_scale[row] = empty ? 0.0f : output_scale(m, l, sink);
         if (head < h_q) {
@@ -134,8 +133,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     wide_gather_row<Shape>(smem_u32(sm.q), thread, src, valid);
   }
   if (num_blocks > 0) {
-    wide_load_block<Shape>(p, wide_row_index<Shape>(token_indices, n_valid, 0, thread), 0,
-                           thread, sm);
+    wide_load_block<Shape>(p, wide_row_index<Shape>(token_indices, n_valid, 0, thread), 0, thread,
+                           sm);
   }
   ptx::cp_async_commit();
   int32_t next_index = wide_row_index<Shape>(token_indices, n_valid, 1, thread);
