@@ -64,6 +64,8 @@ finish() {
     --format=csv,noheader 2>&1
   if commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null); then
     echo "commit $commit$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
+  elif [[ -n ${SMLA_COMMIT:-} ]]; then
+    echo "commit $SMLA_COMMIT (from SMLA_COMMIT; no git metadata on this machine)"
   else
     echo "commit unknown (no git metadata on this machine)"
   fi

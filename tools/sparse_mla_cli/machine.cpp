@@ -1,5 +1,6 @@
 // Machine and source description for `info` and result files (machine.h). The commit comes from
 // `git` run in the source tree the binary was built from (SMLA_SOURCE_DIR).
+#include <cstdlib>
 #include "machine.h"
 
 #include <unistd.h>
@@ -71,7 +72,9 @@ SourceInfo describe_source() {
   const std::string git = "git -C '" SMLA_SOURCE_DIR "' ";
   bool ok = false;
   std::string commit = trim(command_output(git + "rev-parse HEAD 2>/dev/null", &ok));
-  s.commit = ok && !commit.empty() ? commit : "unknown";
+  // A copy of the tree without git metadata (the GPU machine) is told its commit by SMLA_COMMIT.
+  const char* given = std::getenv("SMLA_COMMIT");
+  s.commit = ok && !commit.empty() ? commit : (given != nullptr ? given : "unknown");
   if (ok) {
     std::string status =
         command_output(git + "status --porcelain --untracked-files=no 2>/dev/null", &ok);
