@@ -1,12 +1,12 @@
 // Machine and source description for `info` and result files (machine.h). The commit comes from
 // `git` run in the source tree the binary was built from (SMLA_SOURCE_DIR).
-#include <cstdlib>
 #include "machine.h"
 
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <thread>
