@@ -1,5 +1,6 @@
 # Build options. Every option has a default that works on a fresh machine of our kind.
-option(SMLA_BUILD_TESTS "Build the GoogleTest suites" ON)
+option(SMLA_BUILD_TESTS "Build the GoogleTest suites (needs SMLA_BUILD_CLI for cli_test)" ON)
+option(SMLA_BUILD_CLI "Build the sparse-mla command-line tool (needs nlohmann_json)" ON)
 option(SMLA_BUILD_PYTHON "Build the torch extension (set by scikit-build-core)" OFF)
 option(SMLA_SANITIZE "Build host code with AddressSanitizer and UBSan" OFF)
 set(SMLA_ENABLE_CUDA "AUTO" CACHE STRING "Build CUDA back ends: ON, OFF or AUTO (when nvcc exists)")
