@@ -12,22 +12,13 @@
 
 namespace sparse_mla::cuda::portable_decode {
 
-// Heads per CTA and MMA warps, by head count: as prefill (see sparse_prefill/config.cuh). 16 and
-// 32 heads get their own tiles instead of being padded to 64, so their MMA work shrinks with h_q.
+// Heads per CTA and warps, by head count: as prefill (see sparse_prefill/config.cuh). 16 and 32
+// heads get their own tiles instead of being padded to 64, so their MMA work shrinks with h_q.
 template <int kRows>
 inline constexpr int kDecodeWarps = kRows == 16 ? 4 : 8;
 
 template <int kDqk, int kRows>
 using DecodeShape = TileShape<kDqk, kRows, kDecodeWarps<kRows>>;
-
-// Threads per CTA. The 16-row tile has 4 MMA warps; 4 more warps only gather and dequantise, so
-// the per-block load path (the bound at 16 heads: one warp per scheduler left the load and
-// conversion latencies unhidden) gets as many threads as the 32- and 64-row tiles. H200, 16 heads
-// (portable_sparse_decode.md, "Versions"): v4_fp8 64 requests 73.8 -> 60.2 us, v32_fp8 b=64
-// 209 -> 176 us. 8 helper warps (384 threads) would cap registers at 168: no spills for FP8, a
-// few for bf16; not measured yet.
-template <class Shape>
-inline constexpr int kCtaThreads = Shape::kThreads < 256 ? 256 : Shape::kThreads;
 
 // Quantized caches: raw token bytes are gathered (cp.async) into `raw` while the previous block
 // is being multiplied, then dequantised into the single bf16 tile. bf16 caches: rows go straight

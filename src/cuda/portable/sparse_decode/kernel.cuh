@@ -97,8 +97,8 @@ __device__ __forceinline__ void load_block_rows(int step, int thread,
   auto source = [&](int row) { return RowSource{sm.row_ptr[row], valid[row] != 0}; };
   if constexpr (Smem::kQuantized) {
     using Raw = RawRow<Traits>;
-    gather_rows_linear<Shape::kBlockKeys, Traits::kDataRowBytes / 16, Raw::kPitch,
-                       kCtaThreads<Shape>>(smem_u32(sm.raw), thread, source);
+    gather_rows_linear<Shape::kBlockKeys, Traits::kDataRowBytes / 16, Raw::kPitch, Shape::kThreads>(
+        smem_u32(sm.raw), thread, source);
     if constexpr (!Traits::kScalesInRow) {
       static_assert(Traits::kScaleRowBytes == 8, "scale rows are copied with one 8-B cp.async");
       if (thread < Shape::kBlockKeys) {
@@ -107,7 +107,7 @@ __device__ __forceinline__ void load_block_rows(int step, int thread,
       }
     }
   } else {
-    gather_rows_swizzled<Shape::kBlockKeys, Shape::kChunksPerRow, kCtaThreads<Shape>>(
+    gather_rows_swizzled<Shape::kBlockKeys, Shape::kChunksPerRow, Shape::kThreads>(
         smem_u32(sm.kv[step & 1]), thread, source);
   }
 }
@@ -121,7 +121,7 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
   constexpr int kQuantChunks = Traits::kQuantDims / 8;
   uint8_t* tile = sm.kv[0];
 #pragma unroll 4
-  for (int u = thread; u < Shape::kBlockKeys * Shape::kChunksPerRow; u += kCtaThreads<Shape>) {
+  for (int u = thread; u < Shape::kBlockKeys * Shape::kChunksPerRow; u += Shape::kThreads) {
     const int row = u / Shape::kChunksPerRow;
     const int chunk = u - row * Shape::kChunksPerRow;
     const uint8_t* raw_row = sm.raw + row * Raw::kPitch;
@@ -150,7 +150,7 @@ __device__ __forceinline__ void load_q(const detail::DecodeParams& p, int64_t b,
   const auto* base = reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
   const int64_t stride_bytes = p.q_stride_h * 2;
   const int h_q = static_cast<int>(p.problem.h_q);
-  gather_rows_swizzled<Shape::kRows, Shape::kChunksPerRow, kCtaThreads<Shape>>(
+  gather_rows_swizzled<Shape::kRows, Shape::kChunksPerRow, Shape::kThreads>(
       smem_u32(sm.q), thread, [&](int row) {
         const int head = head0 + row;
         const bool valid = head < h_q;
@@ -212,15 +212,13 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, int64_t 
 }
 
 template <class Shape, class Traits>
-__global__ void __launch_bounds__(kCtaThreads<Shape>, 1)
+__global__ void __launch_bounds__(Shape::kThreads, 1)
     portable_sparse_decode_kernel(const DecodeLaunch launch) {
   using Smem = DecodeSmem<Shape, Traits>;
   extern __shared__ __align__(1024) uint8_t smem_bytes[];
   auto& sm = *reinterpret_cast<Smem*>(smem_bytes);
   const detail::DecodeParams& p = launch.p;
   const int thread = threadIdx.x;
-  // Warps past the MMA tile's (16 rows: warps 4..7) only gather and dequantise.
-  const bool mma_warp = kCtaThreads<Shape> == Shape::kThreads || thread < Shape::kThreads;
   const int head0 = static_cast<int>(blockIdx.y) * Shape::kRows;
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const WarpPlace w = warp_place<Shape>(thread);
@@ -257,21 +255,17 @@ __global__ void __launch_bounds__(kCtaThreads<Shape>, 1)
         load_block_rows<Shape, Traits>(step + 1, thread, sm);
         ptx::cp_async_commit();
       }
-      if (mma_warp) {
-        const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
-        float scores[Shape::kMTiles][2][4];
-        score_block<Shape>(smem_u32(sm.q), tile, w, scores);
-        softmax_block<Shape>(scores, sm.valid[step & 1], scale_log2, sm.red_max, sm.p, w, acc);
-        accumulate_block<Shape>(smem_u32(sm.p), tile, w, acc);
-      }
+      const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
+      float scores[Shape::kMTiles][2][4];
+      score_block<Shape>(smem_u32(sm.q), tile, w, scores);
+      softmax_block<Shape>(scores, sm.valid[step & 1], scale_log2, sm.red_max, sm.p, w, acc);
+      accumulate_block<Shape>(smem_u32(sm.p), tile, w, acc);
     }
     ptx::cp_async_wait<0>();
 
-    if (mma_warp) {
-      float l_total[Shape::kMTiles][2];
-      finish_rows<Shape>(acc, sm.red_sum, w, l_total);
-      store_piece<Shape>(launch, b, s, slot, head0, w, acc, l_total);
-    }
+    float l_total[Shape::kMTiles][2];
+    finish_rows<Shape>(acc, sm.red_sum, w, l_total);
+    store_piece<Shape>(launch, b, s, slot, head0, w, acc, l_total);
   }
 }
 
@@ -290,7 +284,7 @@ Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t st
   SMLA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
-  kernel<<<grid, kCtaThreads<Shape>, smem, stream>>>(launch);
+  kernel<<<grid, Shape::kThreads, smem, stream>>>(launch);
   return check_last_launch("portable_sparse_decode_kernel");
 }
 
