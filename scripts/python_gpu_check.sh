@@ -3,11 +3,12 @@
 # installed (the GPU machine's image): builds the package with the CUDA back end for the present
 # GPU into a scratch folder, then runs the whole Python suite there (gpu-marked tests included).
 #
-#   scripts/python_gpu_check.sh [LOG]    LOG defaults to $OUT/python_gpu.log, else ./python_gpu.log
+#   scripts/python_gpu_check.sh [LOG [PYTEST_ARGS...]]   LOG defaults to $OUT/python_gpu.log
 # Environment: SMLA_CUDA_ARCHS (default 90a), PYTHON (default python3).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 log=${1:-${OUT:-.}/python_gpu.log}
+shift || true
 python=${PYTHON:-python3}
 site=$(mktemp -d)
 {
@@ -16,7 +17,7 @@ site=$(mktemp -d)
     CMAKE_ARGS="-DSMLA_CUDA_ARCHS=${SMLA_CUDA_ARCHS:-90a} -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20" \
     "$python" -m pip install --quiet --no-build-isolation --no-deps --target "$site" . || exit 1
   echo "== pytest"
-  PYTHONPATH="$site" "$python" -m pytest tests/python -p no:cacheprovider -ra -q
+  PYTHONPATH="$site" "$python" -X faulthandler -m pytest tests/python -p no:cacheprovider -ra -q "$@"
 } >"$log" 2>&1
 status=$?
 tail -15 "$log"
