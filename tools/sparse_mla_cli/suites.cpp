@@ -215,7 +215,13 @@ BenchCase BenchCase::scaled(double scale) const {
   if (op == Operation::kSparsePrefill) {
     c.prefill.s_q = shrink(prefill.s_q);
   } else {
-    c.decode.b = shrink(decode.b);
+    // Decode batches shrink by sqrt(scale), keeping at least min(b, 2) requests: at the CPU's
+    // 0.01, b = 2 / 64 / 128 / 256 become 2 / 6 / 13 / 26, distinct problems with work for every
+    // thread, instead of all collapsing to one request.
+    const double batch_scale = std::sqrt(scale);
+    c.decode.b = std::max<int64_t>(
+        std::min<int64_t>(decode.b, 2),
+        static_cast<int64_t>(std::llround(static_cast<double>(decode.b) * batch_scale)));
   }
   return c;
 }

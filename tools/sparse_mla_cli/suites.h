@@ -50,8 +50,9 @@ struct BenchCase {
   int64_t h_q() const { return op == Operation::kSparsePrefill ? prefill.h_q : decode.h_q; }
   // `sparse-mla bench` flags that run this case alone (at full size).
   std::vector<std::string> flags() const;
-  // Fewer query tokens (prefill s_q) or requests (decode b), at least 1; other sizes unchanged,
-  // so the per-query work and the cache size per request stay those of the full case.
+  // Fewer query tokens (prefill s_q * scale, at least 1) or requests (decode b * sqrt(scale), at
+  // least min(b, 2)); other sizes unchanged, so the per-query work and the cache size per request
+  // stay those of the full case.
   BenchCase scaled(double scale) const;
 };
 
