@@ -129,9 +129,9 @@ TEST(Cli, BenchPrefillCaseWritesCountedVerifiedJson) {
 
 TEST(Cli, BenchScaledSuiteDecodeCase) {
   const std::string path = temp_json("decode");
-  // v4-flash's b=2 decode row, scaled to one request.
+  // v4-flash's b=64 decode row, scaled to sqrt(0.01) * 64 = 6 requests.
   CliRun r = run_cli(
-      "bench --backend cpu --suite v4-flash --filter 'b=2 ' --scale 0.01 --iters 3 "
+      "bench --backend cpu --suite v4-flash --filter 'b=64 ' --scale 0.01 --iters 3 "
       "--json " +
       path);
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -141,17 +141,18 @@ TEST(Cli, BenchScaledSuiteDecodeCase) {
   ASSERT_EQ(j["cases"].size(), 1u);
   const nlohmann::json& c = j["cases"][0];
   EXPECT_EQ(c["suite"], "v4-flash");
-  EXPECT_EQ(c["shape_full"]["b"], 2);
-  EXPECT_EQ(c["shape_run"]["b"], 1);
-  EXPECT_DOUBLE_EQ(c["anchor"]["us"].get<double>(), 14.0);
+  EXPECT_EQ(c["shape_full"]["b"], 64);
+  EXPECT_EQ(c["shape_run"]["b"], 6);
+  EXPECT_DOUBLE_EQ(c["anchor"]["us"].get<double>(), 48.6);
   EXPECT_TRUE(c["anchor_time_over_ours"].is_null());  // only for full-size CUDA runs
-  // b=1, s_q=2, h_q=64, main topk 128 + extra 512, d_qk 512 + d_v 512.
-  EXPECT_DOUBLE_EQ(c["flop"].get<double>(), 2.0 * 64 * (2 * (128 + 512)) * (512 + 512));
-  const double q_and_out = 2.0 * 2 * 64 * 512 + 2.0 * 2 * 64 * 512;
+  // b=6, s_q=2, h_q=64, main topk 128 + extra 512, d_qk 512 + d_v 512.
+  const double queries = 6 * 2;
+  EXPECT_DOUBLE_EQ(c["flop"].get<double>(), 2.0 * 64 * (queries * (128 + 512)) * (512 + 512));
+  const double q_and_out = 2.0 * queries * 64 * 512 + 2.0 * queries * 64 * 512;
   const double retrieved = (c["bytes"].get<double>() - q_and_out) / 576;
   EXPECT_DOUBLE_EQ(retrieved, std::floor(retrieved));  // whole v4_fp8 rows of 576 bytes
   EXPECT_GT(retrieved, 0);
-  EXPECT_LE(retrieved, 2 * (128 + 512));
+  EXPECT_LE(retrieved, queries * (128 + 512));
   EXPECT_TRUE(c["verify"]["ok"].get<bool>()) << c["verify"]["message"];
 }
 
