@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -140,6 +141,8 @@ struct FormatCase {
   int d_qk;  // 0 = the format's own
   const char* name;
 };
+// Names the case in test listings (ctest shows the parameter next to the test name).
+void PrintTo(const FormatCase& c, std::ostream* os) { *os << c.name; }
 
 class PortableDecode : public ::testing::TestWithParam<FormatCase> {
  protected:
