@@ -13,9 +13,12 @@ void quantize_kv_cache(const at::Tensor& kv, std::string_view kv_format, at::Ten
   // tokens: the storage must hold them.
   const int64_t needed = view.num_blocks * view.block_stride_bytes;
   const int64_t available = bytes_to_storage_end(cache);
-  TORCH_CHECK_VALUE(available >= needed, kOp, ": cache's storage holds ", available,
-                    " bytes from its first element, but ", view.num_blocks, " blocks of ",
-                    view.block_stride_bytes, " bytes need ", needed);
+  if (available < needed) {
+    fail_value(std::string(kOp) + ": cache's storage holds " + std::to_string(available) +
+               " bytes from its first element, but " + std::to_string(view.num_blocks) +
+               " blocks of " + std::to_string(view.block_stride_bytes) + " bytes need " +
+               std::to_string(needed));
+  }
   throw_if_error(sparse_mla::quantize_kv_cache(to_view(kOp, "kv", kv), view));
 }
 

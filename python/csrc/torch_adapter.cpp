@@ -37,9 +37,9 @@ std::optional<DType> to_dtype(at::ScalarType type) {
   }
 }
 
-[[noreturn]] void fail_value(const std::string& message) { C10_THROW_ERROR(ValueError, message); }
-
 }  // namespace
+
+[[noreturn]] void fail_value(const std::string& message) { C10_THROW_ERROR(ValueError, message); }
 
 void throw_if_error(const Status& status) {
   if (status.ok()) return;

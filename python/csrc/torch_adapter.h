@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "sparse_mla/backend.h"
@@ -19,6 +20,8 @@ namespace sparse_mla::python {
 // Throws c10::ValueError (Python ValueError) for kInvalidArgument and c10::Error (RuntimeError)
 // for every other non-ok code; the exception text is status.message().
 void throw_if_error(const Status& status);
+// Throws ValueError (the Python exception) with `message`.
+[[noreturn]] void fail_value(const std::string& message);
 
 // Device of a tensor in the library's terms. Throws ValueError for devices other than CPU/CUDA.
 Device to_device(const char* op, const char* name, const at::Tensor& t);
