@@ -40,7 +40,7 @@ struct SparseDecodeArgs {
   std::optional<KvCacheView> extra_kv_cache;
   std::optional<TensorView> extra_indices;
   std::optional<TensorView> extra_topk_length;
-  std::optional<float> softmax_scale;  // default d_qk ** -0.5
+  std::optional<float> softmax_scale;  // default d_qk ** -0.5; must be finite and > 0
   int d_v = 512;
   TensorView out;
   TensorView lse;

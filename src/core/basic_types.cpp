@@ -72,15 +72,20 @@ TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<in
   return t;
 }
 
+namespace {
+// A rank outside [0, kMaxRank] is reported by validation; never index past the arrays.
+int clamped_rank(int rank) { return rank < 0 ? 0 : (rank > kMaxRank ? kMaxRank : rank); }
+}  // namespace
+
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int d = 0; d < rank; ++d) n *= sizes[d];
+  for (int d = 0; d < clamped_rank(rank); ++d) n *= sizes[d];
   return n;
 }
 
 bool TensorView::is_contiguous() const {
   int64_t stride = 1;
-  for (int d = rank - 1; d >= 0; --d) {
+  for (int d = clamped_rank(rank) - 1; d >= 0; --d) {
     if (sizes[d] != 1 && strides[d] != stride) return false;
     stride *= sizes[d];
   }
@@ -89,10 +94,11 @@ bool TensorView::is_contiguous() const {
 
 std::string describe(const TensorView& t) {
   std::ostringstream os;
+  const int rank = clamped_rank(t.rank);
   os << "[";
-  for (int d = 0; d < t.rank; ++d) os << (d ? ", " : "") << t.sizes[d];
+  for (int d = 0; d < rank; ++d) os << (d ? ", " : "") << t.sizes[d];
   os << "] " << dtype_name(t.dtype) << " strides [";
-  for (int d = 0; d < t.rank; ++d) os << (d ? ", " : "") << t.strides[d];
+  for (int d = 0; d < rank; ++d) os << (d ? ", " : "") << t.strides[d];
   os << "] " << to_string(t.device);
   return os.str();
 }

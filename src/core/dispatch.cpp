@@ -166,6 +166,7 @@ Status describe_sparse_decode(const SparseDecodeArgs& args, SparseDecodeProblem*
 Status plan_sparse_decode(const SparseDecodeProblem& problem, DecodePlan* plan,
                           const RunOptions& options) {
   if (plan == nullptr) return invalid_argument("plan_sparse_decode: plan is null");
+  SMLA_RETURN_IF_ERROR(detail::validate_decode_problem(problem));
   Backend backend;
   SMLA_RETURN_IF_ERROR(
       detail::resolve_backend("plan_sparse_decode", options.backend, problem.device, &backend));
@@ -198,6 +199,10 @@ Status sparse_decode(const SparseDecodeArgs& args, const DecodePlan& plan, void*
     return invalid_argument("sparse_decode: workspace is null but the plan needs " +
                             std::to_string(plan.workspace_bytes) + " bytes");
   }
+  // A plan is plain data: check its back end against the tensors again, as planning did.
+  Backend backend;
+  SMLA_RETURN_IF_ERROR(
+      detail::resolve_backend("sparse_decode", plan.backend, params.problem.device, &backend));
   RunOptions run_options = options;
   run_options.backend = plan.backend;
   run_options.kernel = plan.kernel;

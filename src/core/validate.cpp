@@ -23,6 +23,10 @@ class Checker {
   // (when `last_dim_contiguous`), element alignment of the data pointer.
   Status tensor(const char* name, const TensorView& t, int rank, DType dtype,
                 bool last_dim_contiguous = true) const {
+    if (t.rank < 0 || t.rank > kMaxRank) {
+      return fail(std::string(name) + ".rank = " + std::to_string(t.rank) + " is outside [0, " +
+                  std::to_string(kMaxRank) + "]; expected rank " + std::to_string(rank));
+    }
     if (t.rank != rank) {
       return fail(std::string(name) + " must have rank " + std::to_string(rank) + ", got rank " +
                   std::to_string(t.rank) + " (" + describe(t) + ")");
@@ -70,6 +74,19 @@ class Checker {
         return fail(std::string(name) + ".strides[" + std::to_string(d) + "] = " +
                     std::to_string(t.strides[d]) +
                     " elements is not a multiple of 16 bytes, required by the CUDA back end");
+      }
+    }
+    return {};
+  }
+
+  // Outputs must not alias themselves: a zero stride in a dimension of size > 1 would make
+  // threads and CTAs write the same element.
+  Status no_self_overlap(const char* name, const TensorView& t) const {
+    for (int d = 0; d < t.rank; ++d) {
+      if (t.sizes[d] > 1 && t.strides[d] == 0) {
+        return fail(std::string(name) + ".strides[" + std::to_string(d) +
+                    "] = 0 makes the output overlap itself (size " + std::to_string(t.sizes[d]) +
+                    ")");
       }
     }
     return {};
@@ -125,8 +142,9 @@ Status check_d_v(const Checker& c, int d_v) {
 }
 
 Status check_scale(const Checker& c, const char* name, float scale) {
-  if (!std::isfinite(scale)) {
-    return c.fail(std::string(name) + " = " + std::to_string(scale) + " must be finite");
+  if (!std::isfinite(scale) || !(scale > 0.0f)) {
+    return c.fail(std::string(name) + " = " + std::to_string(scale) +
+                  " must be finite and > 0 (the softmax scale, e.g. d_qk ** -0.5)");
   }
   return {};
 }
@@ -145,6 +163,10 @@ Status validate_kv_cache_view(const char* op, const char* what, const KvCacheVie
   Checker c(op);
   std::string w(what);
   const KvCacheFormatInfo& info = kv_cache_format_info(cache.format);
+  if (info.format != cache.format) {  // the table's "unknown" row
+    return c.fail(w + ".format = " + std::to_string(static_cast<int>(cache.format)) +
+                  " is not a KV-cache format of this build");
+  }
   if (cache.num_blocks < 1) {
     return c.fail(w + ".num_blocks = " + std::to_string(cache.num_blocks) + " must be >= 1");
   }
@@ -191,6 +213,43 @@ Status validate_kv_cache_view(const char* op, const char* what, const KvCacheVie
   return {};
 }
 
+Status validate_decode_problem(const SparseDecodeProblem& pr) {
+  Checker c("plan_sparse_decode");
+  auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v < lo || v > hi) {
+      return c.fail(std::string("problem.") + name + " = " + std::to_string(v) +
+                    " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return {};
+  };
+  SMLA_RETURN_IF_ERROR(in_range("b", pr.b, 0, INT32_MAX));
+  SMLA_RETURN_IF_ERROR(in_range("s_q", pr.s_q, 1, INT32_MAX));
+  SMLA_RETURN_IF_ERROR(in_range("h_q", pr.h_q, 1, kMaxHeads));
+  if (pr.d_qk != 512 && pr.d_qk != 576) {
+    return c.fail("problem.d_qk = " + std::to_string(pr.d_qk) + " must be 512 or 576");
+  }
+  SMLA_RETURN_IF_ERROR(in_range("d_v", pr.d_v, kValueDim, kValueDim));
+  SMLA_RETURN_IF_ERROR(in_range("topk", pr.topk, 1, INT32_MAX));
+  SMLA_RETURN_IF_ERROR(in_range("page_block_size", pr.page_block_size, 1, INT32_MAX));
+  const KvCacheFormatInfo& info = kv_cache_format_info(pr.format);
+  if (info.format != pr.format) {  // the table's "unknown" row
+    return c.fail("problem.format = " + std::to_string(static_cast<int>(pr.format)) +
+                  " is not a KV-cache format of this build");
+  }
+  if (info.d_qk != 0 && info.d_qk != pr.d_qk) {
+    return c.fail("problem.d_qk = " + std::to_string(pr.d_qk) + " does not match format " +
+                  std::string(info.name));
+  }
+  if (pr.has_extra) {
+    SMLA_RETURN_IF_ERROR(in_range("extra_topk", pr.extra_topk, 1, INT32_MAX));
+    SMLA_RETURN_IF_ERROR(
+        in_range("extra_page_block_size", pr.extra_page_block_size, 1, INT32_MAX));
+  } else if (pr.extra_topk != 0 || pr.has_extra_topk_length) {
+    return c.fail("problem.extra_topk / has_extra_topk_length are set but has_extra is false");
+  }
+  return {};
+}
+
 Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
   Checker c("sparse_prefill");
   SMLA_RETURN_IF_ERROR(c.tensor("q", a.q, 3, DType::kBFloat16));
@@ -229,11 +288,13 @@ Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
   SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 1, h_q, "h_q"));
   SMLA_RETURN_IF_ERROR(c.size_is("out", a.out, 2, a.d_v, "d_v"));
   SMLA_RETURN_IF_ERROR(c.same_device("out", a.out, device));
+  SMLA_RETURN_IF_ERROR(c.no_self_overlap("out", a.out));
   for (auto [name, t] : {std::pair{"max_logits", &a.max_logits}, std::pair{"lse", &a.lse}}) {
     SMLA_RETURN_IF_ERROR(c.tensor(name, *t, 2, DType::kFloat32, false));
     SMLA_RETURN_IF_ERROR(c.size_is(name, *t, 0, s_q, "s_q"));
     SMLA_RETURN_IF_ERROR(c.size_is(name, *t, 1, h_q, "h_q"));
     SMLA_RETURN_IF_ERROR(c.same_device(name, *t, device));
+    SMLA_RETURN_IF_ERROR(c.no_self_overlap(name, *t));
   }
   if (device.is_cuda()) {
     SMLA_RETURN_IF_ERROR(c.rows_16b_aligned("q", a.q));
@@ -383,6 +444,8 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
   SMLA_RETURN_IF_ERROR(c.size_is("lse", a.lse, 1, s_q, "s_q"));
   SMLA_RETURN_IF_ERROR(c.size_is("lse", a.lse, 2, h_q, "h_q"));
   SMLA_RETURN_IF_ERROR(c.same_device("lse", a.lse, device));
+  SMLA_RETURN_IF_ERROR(c.no_self_overlap("out", a.out));
+  SMLA_RETURN_IF_ERROR(c.no_self_overlap("lse", a.lse));
   if (device.is_cuda()) {
     SMLA_RETURN_IF_ERROR(c.rows_16b_aligned("q", a.q));
     SMLA_RETURN_IF_ERROR(c.rows_16b_aligned("out", a.out));

@@ -16,6 +16,10 @@ inline constexpr int kValueDim = 512;  // d_v of every supported model
 Status validate_prefill(const SparsePrefillArgs& args, PrefillParams* params);
 Status validate_decode(const SparseDecodeArgs& args, DecodeParams* params);
 
+// Checks a problem handed to plan_sparse_decode directly (it need not come from
+// describe_sparse_decode): every size in range, a known format, consistent extra-cache fields.
+Status validate_decode_problem(const SparseDecodeProblem& problem);
+
 // Checks one cache view on its own (used by decode validation and the codec).
 // `what` names the argument in messages ("kv_cache", "extra_kv_cache", "cache").
 Status validate_kv_cache_view(const char* op, const char* what, const KvCacheView& cache);

@@ -32,6 +32,10 @@ struct WorkSplit {
 // 8 heads (two register blocks) and there are just enough tasks for the workers.
 inline WorkSplit split_work(int64_t num_queries, int64_t h_q, int requested_threads) {
   WorkSplit split;
+  if (num_queries <= 0 || h_q <= 0) {  // an empty call (b = 0 or s_q = 0): nothing to split
+    split.heads_per_group = static_cast<int>(std::max<int64_t>(h_q, 1));
+    return split;
+  }
   const int64_t max_workers = worker_count(INT64_MAX, requested_threads);
   int64_t groups = 1;
   if (num_queries < 2 * max_workers) {

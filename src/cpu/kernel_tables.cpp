@@ -1,6 +1,7 @@
 // The kernel tables of the two host back ends (core/kernel_variant.h): the reference
 // ("reference_sparse_*", double, one thread) and the threaded CPU back end ("cpu_sparse_*").
 // Each table has one variant that runs every valid problem whose tensors are in host memory.
+#include <new>
 #include <span>
 #include <string>
 
@@ -33,8 +34,18 @@ bool cpu_supports_decode(const SparseDecodeProblem& problem, std::string* why_no
   return on_host(problem.device, "cpu", why_not);
 }
 
+// The reference allocates per query (gathered rows, scores); keep std::bad_alloc off the API.
+template <typename Fn>
+Status no_throw(const char* op, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kDeviceError, std::string(op) + ": out of host memory in the reference"};
+  }
+}
+
 Status reference_run_prefill(const PrefillParams& params, const RunOptions&) {
-  return cpu::reference_sparse_prefill(params);
+  return no_throw("sparse_prefill", [&] { return cpu::reference_sparse_prefill(params); });
 }
 Status cpu_run_prefill(const PrefillParams& params, const RunOptions& options) {
   return cpu::cpu_sparse_prefill(params, options);
@@ -62,7 +73,7 @@ Status cpu_plan_decode(const SparseDecodeProblem& problem, const RunOptions& opt
 
 Status reference_run_decode(const DecodeParams& params, const DecodePlan&, void*, size_t,
                             DecodeSchedule, const RunOptions&) {
-  return cpu::reference_sparse_decode(params);
+  return no_throw("sparse_decode", [&] { return cpu::reference_sparse_decode(params); });
 }
 Status cpu_run_decode(const DecodeParams& params, const DecodePlan&, void*, size_t, DecodeSchedule,
                       const RunOptions& options) {

@@ -15,7 +15,9 @@ namespace sparse_mla::cpu {
 // (RunOptions::num_threads; 0 = every hardware thread).
 inline int worker_count(int64_t num_tasks, int requested) {
   int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  int want = requested > 0 ? requested : hw;
+  // Oversubscription is allowed (tests use it to vary the split) but bounded: every worker owns
+  // a tile, so an absurd request must not turn into gigabytes of tiles.
+  int want = requested > 0 ? std::min(requested, std::max(4 * hw, 16)) : hw;
   return static_cast<int>(std::clamp<int64_t>(num_tasks, 1, want));
 }
 

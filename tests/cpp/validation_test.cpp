@@ -21,7 +21,7 @@ constexpr float kSentinelF32 = -12345.0f;
 // A small valid prefill call: s_q 3, s_kv 40, h_q 4, d_qk 576, topk 8, all tensors contiguous.
 struct PrefillFixture {
   static constexpr int64_t s_q = 3, s_kv = 40, h_q = 4, d_qk = 576, topk = 8;
-  alignas(16) std::vector<uint16_t> q = std::vector<uint16_t>(s_q * h_q * d_qk, 0x3c00);
+  std::vector<uint16_t> q = std::vector<uint16_t>(s_q * h_q * d_qk, 0x3c00);
   std::vector<uint16_t> kv = std::vector<uint16_t>(s_kv * d_qk, 0x3c00);
   std::vector<int32_t> indices = std::vector<int32_t>(s_q * topk, 1);
   std::vector<float> sink = std::vector<float>(h_q, 0.5f);
@@ -102,6 +102,12 @@ std::vector<PrefillCase> prefill_cases() {
        "indices.sizes[0] (s_q) = 2, expected 3"},
       {"topk_zero", [](auto& a) { a.indices.sizes[2] = 0; }, "indices.sizes[2] (topk) = 0"},
       {"sm_scale_nan", [](auto& a) { a.sm_scale = std::nanf(""); }, "sm_scale = nan must be finite"},
+      {"sm_scale_unset", [](auto& a) { a.sm_scale = 0.0f; }, "sm_scale = 0.000000 must be finite and > 0"},
+      {"q_rank_6", [](auto& a) { a.q.rank = 6; }, "q.rank = 6 is outside [0, 4]"},
+      {"out_zero_stride", [](auto& a) { a.out.strides[1] = 0; },
+       "out.strides[1] = 0 makes the output overlap itself"},
+      {"lse_zero_stride", [](auto& a) { a.lse.strides[0] = 0; },
+       "lse.strides[0] = 0 makes the output overlap itself"},
       {"d_v", [](auto& a) { a.d_v = 448; }, "d_v = 448 is not supported"},
       {"sink_shape", [](auto& a) { a.attn_sink->sizes[0] = 5; },
        "attn_sink.sizes[0] (h_q) = 5, expected 4"},
@@ -278,6 +284,10 @@ std::vector<DecodeCase> decode_cases() {
       {"out_shape", [](auto& a) { a.out.sizes[2] = 4; }, "out.sizes[2] (h_q) = 4, expected 8"},
       {"lse_rank", [](auto& a) { a.lse.rank = 2; }, "lse must have rank 3"},
       {"lse_null", [](auto& a) { a.lse.data = nullptr; }, "lse.data is null"},
+      {"lse_zero_stride", [](auto& a) { a.lse.strides[2] = 0; },
+       "lse.strides[2] = 0 makes the output overlap itself"},
+      {"unknown_format", [](auto& a) { a.kv_cache.format = static_cast<KvCacheFormat>(7); },
+       "kv_cache.format = 7 is not a KV-cache format"},
   };
 }
 
@@ -301,6 +311,44 @@ TEST(DecodeValidation, ArgumentsMustMatchThePlan) {
   EXPECT_NE(s.message().find("do not match the plan: presence of attn_sink"), std::string::npos)
       << s.message();
   EXPECT_TRUE(f.outputs_untouched());
+}
+
+TEST(DecodeValidation, EmptyBatchPlansAndRunsWithoutWork) {
+  DecodeFixture f;
+  SparseDecodeArgs a = f.args();
+  for (TensorView* t : {&a.q, &a.indices, &a.out, &a.lse}) t->sizes[0] = 0;
+  a.topk_length->sizes[0] = 0;
+  a.extra_indices->sizes[0] = 0;
+  a.extra_topk_length->sizes[0] = 0;
+  for (Backend backend : {Backend::kCpu, Backend::kReference}) {
+    RunOptions options;
+    options.backend = backend;
+    SparseDecodeProblem problem;
+    ASSERT_TRUE(describe_sparse_decode(a, &problem).ok());
+    DecodePlan plan;
+    Status planned = plan_sparse_decode(problem, &plan, options);
+    ASSERT_TRUE(planned.ok()) << planned.message();
+    Status s = sparse_decode(a, plan, nullptr, 0, DecodeSchedule::kBuild, options);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  EXPECT_TRUE(f.outputs_untouched());
+}
+
+TEST(DecodeValidation, HandMadeProblemsAreChecked) {
+  DecodeFixture f;
+  SparseDecodeProblem problem;
+  ASSERT_TRUE(describe_sparse_decode(f.args(), &problem).ok());
+  DecodePlan plan;
+  SparseDecodeProblem bad = problem;
+  bad.h_q = 0;
+  Status s = plan_sparse_decode(bad, &plan);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("problem.h_q = 0 is out of range"), std::string::npos) << s.message();
+  bad = problem;
+  bad.format = static_cast<KvCacheFormat>(9);
+  s = plan_sparse_decode(bad, &plan);
+  EXPECT_NE(s.message().find("problem.format = 9 is not a KV-cache format"), std::string::npos)
+      << s.message();
 }
 
 TEST(DecodeValidation, PlanForCudaWithoutDeviceIsRefused) {
