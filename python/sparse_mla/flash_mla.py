@@ -172,15 +172,18 @@ def flash_mla_with_kvcache(
     if reuse:
         assert sched_meta.config is not None
         _check_config(sched_meta.config, config)
+        plan = sched_meta.plan
     else:
-        sched_meta.plan = plan_decode(q, k_cache, indices, **decode_args)
-        sched_meta.config = config
-        sched_meta.have_initialized = True
+        plan = plan_decode(q, k_cache, indices, **decode_args)
 
     out, lse = sparse_decode(
-        q, k_cache, indices, softmax_scale=softmax_scale, plan=sched_meta.plan,
+        q, k_cache, indices, softmax_scale=softmax_scale, plan=plan,
         reuse_schedule=reuse, **decode_args,
     )
+    # Only a call that ran (and so built the schedule in the plan's workspace) may fill the
+    # holder: a later call reuses that schedule without rebuilding it.
+    if not reuse:
+        sched_meta.plan, sched_meta.config, sched_meta.have_initialized = plan, config, True
     return out, lse.transpose(1, 2)
 
 

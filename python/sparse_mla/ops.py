@@ -141,7 +141,9 @@ def plan_decode(
     )
     workspace = None
     if workspace_bytes > 0:
-        workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=q.device)
+        # Zeroed, not empty: reusing a schedule that was never built must not read garbage (an
+        # all-zero schedule is a set of empty pieces that write nothing outside the workspace).
+        workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=q.device)
     shapes = _shapes(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
                      extra_topk_length)
     return DecodePlan(workspace_bytes, num_sm_parts, backend, kernel, reason, workspace, shapes)

@@ -124,6 +124,10 @@ def test_argument_errors():
         call_decode(dict(args, kv_cache=torch.zeros(2, 16, 1, 600, dtype=torch.uint8)), meta)
     with pytest.raises(ValueError, match="extra_kv_cache is given without extra_indices"):
         call_decode(args, meta, extra_k_cache=args["kv_cache"])
+    # Planning succeeds but the call fails (the scale is checked when it runs): the holder must
+    # stay empty, or the next call would reuse a schedule that was never built.
+    with pytest.raises(ValueError, match="softmax_scale = nan must be finite"):
+        call_decode(args, meta, softmax_scale=float("nan"))
     assert not meta.have_initialized  # no failed call fills the holder
 
 
