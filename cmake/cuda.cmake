@@ -14,12 +14,6 @@ set_property(TARGET sparse_mla PROPERTY CUDA_SEPARABLE_COMPILATION OFF)
 
 file(GLOB_RECURSE SMLA_CUDA_SOURCES CONFIGURE_DEPENDS
   src/cuda/*.cu src/cuda/*.cpp)
-if(SMLA_KERNEL_FILTER)
-  list(FILTER SMLA_CUDA_SOURCES EXCLUDE REGEX "instantiations/.*")
-  file(GLOB SMLA_INSTANTIATIONS CONFIGURE_DEPENDS src/cuda/instantiations/*.cu)
-  list(FILTER SMLA_INSTANTIATIONS INCLUDE REGEX "${SMLA_KERNEL_FILTER}")
-  list(APPEND SMLA_CUDA_SOURCES ${SMLA_INSTANTIATIONS})
-endif()
 target_sources(sparse_mla PRIVATE ${SMLA_CUDA_SOURCES})
 target_compile_definitions(sparse_mla PUBLIC SMLA_WITH_CUDA=1)
 target_compile_options(sparse_mla PRIVATE

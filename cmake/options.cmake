@@ -5,7 +5,6 @@ option(SMLA_BUILD_PYTHON "Build the torch extension (set by scikit-build-core)" 
 option(SMLA_SANITIZE "Build host code with AddressSanitizer and UBSan" OFF)
 set(SMLA_ENABLE_CUDA "AUTO" CACHE STRING "Build CUDA back ends: ON, OFF or AUTO (when nvcc exists)")
 set(SMLA_CUDA_ARCHS "80;90a" CACHE STRING "CUDA architectures (90a enables the Hopper kernels)")
-set(SMLA_KERNEL_FILTER "" CACHE STRING "Regex: only build CUDA instantiation files matching it")
 
 if(SMLA_ENABLE_CUDA STREQUAL "AUTO")
   include(CheckLanguage)

@@ -2,8 +2,9 @@
 """Writes one .cu file per kernel configuration of the portable CUDA back end.
 
 Each file explicitly instantiates one launcher (src/cuda/portable/*/launch.h) so that a kernel
-compiles in its own translation unit: edits to dispatch never recompile kernels, and a build can
-keep a subset (-DSMLA_KERNEL_FILTER=<regex on file names>). Run from anywhere; commit the output.
+compiles in its own translation unit: edits to dispatch never recompile kernels. Run from
+anywhere; commit the output. (kernel_tables.cpp names every configuration, so every file is
+built: a filtered build would need the table generated from the same list.)
 """
 import pathlib
 
