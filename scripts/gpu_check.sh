@@ -33,7 +33,7 @@ JOBS=16
 BENCH_SUITES=${SMLA_BENCH_SUITES:-all}
 # Representative sanitizer subset: the planner, the combine, the graph-captured decode step, one
 # split-heavy decode per FP8 format and one prefill recipe sweep (memcheck runs ~10-50x slower).
-SANITIZER_FILTER=${SMLA_SANITIZER_FILTER:-'DecodePlannerGpu.*:SplitCombineGpu.*:DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:DQk/PortablePrefill.TopkAndFeatures/d576'}
+SANITIZER_FILTER=${SMLA_SANITIZER_FILTER:-'DecodePlannerGpu.*:SplitCombineGpu.*:DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.LongListsSplit/bf16_d512:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:DQk/PortablePrefill.TopkAndFeatures/d576'}
 BUDGET_S=${SMLA_GPU_CHECK_BUDGET_S:-570}
 START=$(date +%s)
 mkdir -p "$OUT_DIR"
@@ -105,7 +105,8 @@ timeout "$(left 200)" ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 8 
 rc=$?
 summary=$(grep -E 'tests passed|No tests were found' "$OUT_DIR/gpu_tests.log" | tail -1)
 skipped=$(grep -c 'Skipped' "$OUT_DIR/gpu_tests.log")
-[[ $rc != 0 ]] && FAILED=1
+# On a GPU machine a skipped GPU test means the device was not seen: that is a failure here.
+[[ $rc != 0 || $skipped != 0 ]] && FAILED=1
 row gpu-tests "${summary:-rc $rc} ($skipped skipped)" $(($(date +%s) - t0)) gpu_tests.log
 
 # ---- compute-sanitizer ------------------------------------------------------------------------
@@ -120,7 +121,7 @@ for tool in memcheck racecheck; do
   rc=$?
   ran=$(awk '/^==== /{n=0} /^\[       OK \]/{n++} END{print n+0}' "$OUT_DIR/sanitizer.log")
   errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$OUT_DIR/sanitizer.log" | tail -1)
-  [[ $rc != 0 ]] && FAILED=1
+  [[ $rc != 0 || $ran == 0 ]] && FAILED=1
   row $tool "rc $rc, ${errors:-no summary}, $ran tests ok" $(($(date +%s) - t0)) sanitizer.log
   t0=$(date +%s)
 done

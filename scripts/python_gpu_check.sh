@@ -17,8 +17,13 @@ site=$(mktemp -d)
     CMAKE_ARGS="-DSMLA_CUDA_ARCHS=${SMLA_CUDA_ARCHS:-90a} -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20" \
     "$python" -m pip install --quiet --no-build-isolation --no-deps --target "$site" . || exit 1
   echo "== pytest"
-  PYTHONPATH="$site" "$python" -X faulthandler -m pytest tests/python -p no:cacheprovider -ra -q "$@"
+  PYTHONPATH="$site" "$python" -X faulthandler -m pytest tests/python -p no:cacheprovider -rs -q "$@"
 } >"$log" 2>&1
 status=$?
+# On a GPU machine a skipped gpu-marked test means torch did not see the device: a failure.
+if [[ $status == 0 ]] && grep -q "needs a CUDA device" "$log"; then
+  echo "python_gpu_check: gpu tests were skipped: torch sees no CUDA device" >>"$log"
+  status=1
+fi
 tail -15 "$log"
 exit $status
