@@ -38,8 +38,9 @@ struct RawRow {
 };
 
 // Shared memory, in bytes (64 rows): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P + 41,984 raw
-// + 2,048 row statistics + 520 row addresses + 128 flags = 200,328; bf16 cache, 576 dims:
-// 73,728 Q + 2 x 73,728 KV + 8,192 P + 16 + 2,048 + 520 + 128 = 232,088 <= 232,448 (sm_90).
+// + 2,048 row statistics + 520 row addresses + 128 flags, padded by alignment to 200,704
+// (sizeof); bf16 cache, 576 dims: 73,728 Q + 2 x 73,728 KV + 8,192 P + statistics and
+// addresses = 232,448 (sizeof): exactly sm_90's per-block limit, no headroom left.
 template <class Shape, class Traits>
 struct DecodeSmem {
   static constexpr bool kQuantized = RawRow<Traits>::kQuantized;
