@@ -3,6 +3,14 @@ option(SMLA_BUILD_TESTS "Build the GoogleTest suites (needs SMLA_BUILD_CLI for c
 option(SMLA_BUILD_CLI "Build the sparse-mla command-line tool (needs nlohmann_json)" ON)
 option(SMLA_BUILD_PYTHON "Build the torch extension (set by scikit-build-core)" OFF)
 option(SMLA_SANITIZE "Build host code with AddressSanitizer and UBSan" OFF)
+# -march=native suits binaries built where they run (make run/test); a wheel may be installed on
+# another CPU, so the Python build leaves it off.
+if(SMLA_BUILD_PYTHON)
+  set(SMLA_NATIVE_DEFAULT OFF)
+else()
+  set(SMLA_NATIVE_DEFAULT ON)
+endif()
+option(SMLA_NATIVE "Compile host code for this machine's CPU (-march=native)" ${SMLA_NATIVE_DEFAULT})
 set(SMLA_ENABLE_CUDA "AUTO" CACHE STRING "Build CUDA back ends: ON, OFF or AUTO (when nvcc exists)")
 set(SMLA_CUDA_ARCHS "80;90a" CACHE STRING "CUDA architectures (90a enables the Hopper kernels)")
 
@@ -30,7 +38,7 @@ function(smla_apply_host_flags target)
       $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
     target_link_options(${target} PRIVATE -fsanitize=address,undefined)
   endif()
-  if(NOT SMLA_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Release")
+  if(SMLA_NATIVE AND NOT SMLA_SANITIZE AND CMAKE_BUILD_TYPE STREQUAL "Release")
     # The CPU back end relies on auto-vectorised inner loops (AVX2/FMA where the CPU has them).
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O3 -march=native>)
   endif()

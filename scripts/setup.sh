@@ -3,18 +3,15 @@
 # missing (idempotent; a no-op on a machine that has them). Needs root or sudo for apt-get.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ make git libgtest-dev nlohmann-json3-dev libopenblas-dev
-          python3 python3-venv)
+packages=(cmake ninja-build g++ make git libgtest-dev nlohmann-json3-dev libopenblas-dev)
+# python3 (with venv) may come from pyenv rather than Debian: ask apt only when it is missing.
+if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+  packages+=(python3 python3-venv)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# python3 may come from pyenv rather than Debian; only ask apt for it when none is on PATH.
-if command -v python3 >/dev/null; then
-  missing=("${missing[@]/python3}")
-  python3 -c 'import venv, ensurepip' 2>/dev/null && missing=("${missing[@]/python3-venv}")
-fi
-read -ra missing <<<"${missing[*]}"
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   sudo_cmd=""
