@@ -372,6 +372,23 @@ void make_list(const DecodeRecipe& r, const ListPlan& p, const std::vector<uint8
   }
 }
 
+// Sets every byte of one page block that no token owns to 0xff (NaN as e4m3, ue8m0, bf16 and
+// fp32): the block's tail up to its stride and, in the v4 layout, each scale row's padding byte.
+// The quantizer writes these bytes as zero, which a stray read would turn into a harmless 0.
+void poison_block_padding(const KvCacheFormatInfo& info, int d_qk, int64_t page, int64_t stride,
+                          uint8_t* block) {
+  int64_t used = page * kv_cache_bytes_per_token(info.format, d_qk);
+  if (info.page_layout == PageLayout::kBlockSplit576) {
+    const int64_t data_bytes = page * info.data_row_bytes;
+    for (int64_t t = 0; t < page; ++t) {
+      uint8_t* scale_row = block + data_bytes + t * info.scale_row_bytes;
+      std::fill(scale_row + info.num_scales, scale_row + info.scale_row_bytes, uint8_t{0xff});
+    }
+    used = data_bytes + page * info.scale_row_bytes;
+  }
+  std::fill(block + used, block + stride, uint8_t{0xff});
+}
+
 // Builds a paged cache of `num_blocks` x `page` tokens: random rows, NaN rows where unreferenced
 // (when poisoning), quantized block by block (no full bf16 copy of a large cache is ever held).
 Status make_cache(const DecodeRecipe& r, int d_qk, int64_t num_blocks, int64_t page,
@@ -383,7 +400,6 @@ Status make_cache(const DecodeRecipe& r, int d_qk, int64_t num_blocks, int64_t p
     stride +=
         info.block_alignment > 1 ? info.block_alignment : kv_cache_bytes_per_token(r.format, d_qk);
   }
-  // 0xff bytes: NaN as e4m3, bf16 and fp32, so a read of a spare row shows in the output.
   bytes->assign(num_blocks * stride, 0xff);
   *view = KvCacheView{bytes->data(), r.format, num_blocks, page, stride, d_qk, Device::cpu()};
   const float offset = tensor_offset(r.seed, stream);
@@ -406,6 +422,10 @@ Status make_cache(const DecodeRecipe& r, int d_qk, int64_t num_blocks, int64_t p
       dst.data = bytes->data() + b0 * stride;
       dst.num_blocks = nb;
       statuses[ch] = quantize_kv_cache(src, dst);
+      if (!statuses[ch].ok()) continue;
+      for (int64_t blk = b0; blk < b0 + nb; ++blk) {
+        poison_block_padding(info, d_qk, page, stride, bytes->data() + blk * stride);
+      }
     }
   });
   for (const Status& s : statuses) SMLA_RETURN_IF_ERROR(s);

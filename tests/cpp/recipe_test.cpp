@@ -18,6 +18,30 @@
 namespace sparse_mla::verify {
 namespace {
 
+TEST(Recipe, CacheBytesNoTokenOwnsAreNaN) {
+  for (KvCacheFormat format : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8}) {
+    DecodeRecipe r;
+    r.format = format;
+    r.page_block_size = 5;
+    DecodeCase c;
+    ASSERT_TRUE(make_decode_case(r, &c).ok());
+    const KvCacheFormatInfo& info = kv_cache_format_info(format);
+    const int64_t page = c.cache_view.page_block_size, stride = c.cache_view.block_stride_bytes;
+    int64_t used = page * kv_cache_bytes_per_token(format, c.cache_view.d_qk);
+    for (int64_t blk = 0; blk < c.cache_view.num_blocks; ++blk) {
+      const uint8_t* block = c.cache.data() + blk * stride;
+      if (info.page_layout == PageLayout::kBlockSplit576) {
+        used = page * info.data_row_bytes + page * info.scale_row_bytes;
+        for (int64_t t = 0; t < page; ++t) {  // the 8th byte of each 8-byte scale row
+          EXPECT_EQ(block[page * info.data_row_bytes + t * 8 + 7], 0xff) << "token " << t;
+        }
+      }
+      ASSERT_LT(used, stride) << "padded_strides leaves a tail to poison";
+      for (int64_t i = used; i < stride; ++i) ASSERT_EQ(block[i], 0xff) << "block " << blk;
+    }
+  }
+}
+
 TEST(Recipe, PrefillIsDeterministicAndCoversTheMixture) {
   PrefillRecipe r;
   r.s_q = 64;
