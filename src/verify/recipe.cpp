@@ -114,13 +114,23 @@ int32_t invalid_index(Rng& rng, int64_t n) {
   }
 }
 
-// Length of one index list: 0, 1, topk or in between.
+// Length of one index list as stored in the topk_length tensor: 0, 1, topk or in between, and
+// now and then a value outside [0, topk] (negative, INT_MIN, past topk, INT_MAX) that every
+// back end must clamp to [0, topk].
 int32_t draw_length(Rng& rng, int64_t topk) {
   int64_t u = rng.below(16);
   if (u == 0) return 0;
   if (u == 1) return 1;
+  if (u == 15) {
+    const int32_t out_of_range[] = {-5, INT_MIN, static_cast<int32_t>(topk) + 7, INT_MAX};
+    return out_of_range[rng.below(4)];
+  }
   if (u < 6 || topk <= 2) return static_cast<int32_t>(topk);
   return static_cast<int32_t>(2 + rng.below(topk - 2));
+}
+
+int32_t clamp_length(int32_t n, int64_t topk) {
+  return static_cast<int32_t>(std::clamp<int64_t>(n, 0, topk));
 }
 
 // Fills one index list [topk] (first `length` slots attended) for one query.
@@ -229,7 +239,8 @@ Status make_prefill_case(const PrefillRecipe& r, PrefillCase* c) {
       Rng empty_rng(r.seed, kEmpty, i);
       bool empty = r.empty_queries && (empty_rng.below(16) == 0 || (s_q >= 2 && i == 1));
       Rng rng(r.seed, kIndices, i);
-      fill_list(rng, &c->indices[i * idx_stride], topk, lengths[i], s_kv, empty, r.invalid_indices);
+      fill_list(rng, &c->indices[i * idx_stride], topk, clamp_length(lengths[i], topk), s_kv,
+                empty, r.invalid_indices);
     }
   });
   if (r.topk_length) {
@@ -336,12 +347,12 @@ void make_list(const DecodeRecipe& r, const ListPlan& p, const std::vector<uint8
     for (int64_t bi = 0; bi < b; ++bi) {
       for (int64_t si = 0; si < (p.per_token ? s_q : 1); ++si) {
         Rng rng(r.seed, p.length_stream, bi * s_q + si);
-        int32_t n = draw_length(rng, topk);
+        const int32_t n = draw_length(rng, topk);
         out->lengths[bi * out->len_stride_b + si * out->len_stride_s] = n;
         if (p.per_token) {
-          len[bi * s_q + si] = n;
+          len[bi * s_q + si] = clamp_length(n, topk);
         } else {
-          for (int64_t s = 0; s < s_q; ++s) len[bi * s_q + s] = n;
+          for (int64_t s = 0; s < s_q; ++s) len[bi * s_q + s] = clamp_length(n, topk);
         }
       }
     }

@@ -64,6 +64,9 @@ TEST(Recipe, PrefillIsDeterministicAndCoversTheMixture) {
   std::set<int32_t> lengths(a.topk_length.begin(), a.topk_length.end());
   EXPECT_TRUE(lengths.count(0) && lengths.count(1) && lengths.count(100));
   EXPECT_GT(lengths.size(), 4u);  // and values in between
+  // and values outside [0, topk] that the back ends must clamp
+  EXPECT_TRUE(std::any_of(lengths.begin(), lengths.end(), [](int32_t n) { return n < 0; }));
+  EXPECT_TRUE(std::any_of(lengths.begin(), lengths.end(), [](int32_t n) { return n > 100; }));
 
   int pos_inf = 0, neg_inf = 0, finite = 0;
   for (int64_t h = 0; h < r.h_q; ++h) {
