@@ -154,10 +154,11 @@ class PortableDecode : public ::testing::TestWithParam<FormatCase> {
   }
 };
 
-// Every head tile with full and partial head groups; MTP token counts.
+// Every head tile with full and partial head groups (24 in a 32-row tile, 100 = a full and a
+// partial 64-row group); MTP token counts.
 TEST_P(PortableDecode, HeadCountsAndTokens) {
   SMLA_SKIP_WITHOUT_GPU();
-  for (int64_t h_q : {1, 8, 16, 32, 64, 128}) {
+  for (int64_t h_q : {1, 8, 16, 24, 32, 64, 100, 128}) {
     for (int64_t s_q : {1, 3}) {
       verify::DecodeRecipe r = base();
       r.b = 3;
