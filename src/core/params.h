@@ -73,6 +73,13 @@ struct DecodeParams {
   int64_t lse_stride_b = 0, lse_stride_s = 0, lse_stride_h = 0;
 };
 
+// Prefill: the attended prefix of query token i's list, topk_length clamped to [0, topk].
+inline int64_t effective_topk(const PrefillParams& p, int64_t i) {
+  if (p.topk_length == nullptr) return p.problem.topk;
+  const int64_t n = p.topk_length[i * p.topk_length_stride];
+  return n < 0 ? 0 : (n > p.problem.topk ? p.problem.topk : n);
+}
+
 // Number of valid slots of list position k for query (b, s): applies topk_length only.
 inline int64_t effective_topk(const IndexListParams& list, int64_t b, int64_t s) {
   if (list.topk_length == nullptr) return list.topk;

@@ -20,10 +20,7 @@ Status cpu_sparse_prefill(const detail::PrefillParams& p, const RunOptions& opti
     const int heads = static_cast<int>(std::min<int64_t>(split.heads_per_group, pr.h_q - h0));
     tile.begin(p.q + i * p.q_stride_s + h0 * p.q_stride_h, p.q_stride_h, heads, p.sm_scale);
 
-    int64_t length = pr.topk;
-    if (p.topk_length != nullptr) {
-      length = std::clamp<int64_t>(p.topk_length[i * p.topk_length_stride], 0, pr.topk);
-    }
+    const int64_t length = detail::effective_topk(p, i);
     const int32_t* list = p.indices + i * p.indices_stride_s;
     const int64_t row_bytes = int64_t{d_qk} * 2;
     auto prefetch = [&](int64_t k) {

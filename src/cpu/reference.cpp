@@ -86,10 +86,7 @@ Status reference_sparse_prefill(const detail::PrefillParams& p) {
   HeadResult result;
   for (int64_t i = 0; i < pr.s_q; ++i) {
     // Valid slots: inside topk_length and 0 <= index < s_kv.
-    int64_t length = pr.topk;
-    if (p.topk_length != nullptr) {
-      length = std::clamp<int64_t>(p.topk_length[i * p.topk_length_stride], 0, pr.topk);
-    }
+    const int64_t length = detail::effective_topk(p, i);
     rows.count = 0;
     const int32_t* list = p.indices + i * p.indices_stride_s;
     for (int64_t k = 0; k < length; ++k) {
