@@ -173,13 +173,14 @@ Status launch_split_combine(const detail::DecodeParams& p, int num_parts, const 
   const bool vector_store = reinterpret_cast<uintptr_t>(p.out) % 8 == 0 &&
                             p.out_stride_b % 4 == 0 && p.out_stride_s % 4 == 0 &&
                             p.out_stride_h % 4 == 0;
-  // Programmatic dependent launch on sm_90+: the combine's launch overlaps the split kernel's
-  // tail instead of waiting for it to drain (FlashMLA does the same); the kernel's
-  // cudaGridDependencySynchronize() keeps the data dependency.
-  int device = 0, cc_major = 0;
-  SMLA_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  SMLA_CUDA_RETURN_IF_ERROR(
-      cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+  // Programmatic dependent launch: the combine's launch overlaps the split kernel's tail instead
+  // of waiting for it to drain (FlashMLA does the same); the kernel's
+  // cudaGridDependencySynchronize() keeps the data dependency. That wait exists only in code
+  // compiled for sm_90+, so the attribute follows the PTX the loaded kernel came from, not the
+  // device: a newer GPU that JIT-compiles the compute_80 PTX gets a plain launch.
+  auto* kernel = vector_store ? split_combine_kernel<true> : split_combine_kernel<false>;
+  cudaFuncAttributes kernel_attributes;
+  SMLA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&kernel_attributes, kernel));
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -190,10 +191,8 @@ Status launch_split_combine(const detail::DecodeParams& p, int num_parts, const 
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = cc_major >= 9 ? 1 : 0;
-  SMLA_CUDA_RETURN_IF_ERROR(vector_store
-                                ? cudaLaunchKernelEx(&config, split_combine_kernel<true>, args)
-                                : cudaLaunchKernelEx(&config, split_combine_kernel<false>, args));
+  config.numAttrs = kernel_attributes.ptxVersion >= 90 ? 1 : 0;
+  SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, args));
   return check_last_launch("split_combine_kernel");
 }
 
