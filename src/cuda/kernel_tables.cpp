@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <span>
 #include <string>
 
@@ -45,24 +46,28 @@ bool device_limits(const Device& device, DeviceLimits* limits, std::string* why_
   return true;
 }
 
-// Common device checks: sm_80+ and enough opt-in shared memory for `smem_bytes`.
-bool device_fits(const Device& device, int smem_bytes, std::string* why_not,
-                 DeviceLimits* out = nullptr) {
-  DeviceLimits limits;
-  if (!device_limits(device, &limits, why_not)) return false;
-  if (limits.cc_major < 8) {
+// The device's limits, if it is sm_80+ (mma.sync bf16, cp.async).
+bool device_is_sm80_plus(const Device& device, DeviceLimits* limits, std::string* why_not) {
+  if (!device_limits(device, limits, why_not)) return false;
+  if (limits->cc_major < 8) {
     *why_not = "needs compute capability 8.0 or newer (mma.sync bf16, cp.async); device " +
-               std::to_string(device.index) + " is " + std::to_string(limits.cc_major) + "." +
-               std::to_string(limits.cc_minor);
+               std::to_string(device.index) + " is " + std::to_string(limits->cc_major) + "." +
+               std::to_string(limits->cc_minor);
     return false;
   }
+  return true;
+}
+
+// Common device checks: sm_80+ and enough opt-in shared memory for `smem_bytes`.
+bool device_fits(const Device& device, int smem_bytes, std::string* why_not) {
+  DeviceLimits limits;
+  if (!device_is_sm80_plus(device, &limits, why_not)) return false;
   if (limits.smem_optin < smem_bytes) {
     *why_not = "needs " + std::to_string(smem_bytes) +
                " bytes of shared memory per block; device " + std::to_string(device.index) +
                " allows " + std::to_string(limits.smem_optin);
     return false;
   }
-  if (out != nullptr) *out = limits;
   return true;
 }
 
@@ -125,37 +130,74 @@ Status portable_prefill_run(const PrefillParams& params, const RunOptions& optio
 using DecodeLaunchFn = Status (*)(const pd::DecodeLaunch&, cudaStream_t);
 struct DecodeEntry {
   KvCacheFormat format;
-  int d_qk, rows;
+  int d_qk, rows, block_keys;
   DecodeLaunchFn launch;
   int (*smem)();
+  int (*ctas_per_sm)();
 };
-#define SMLA_DECODE_ENTRY(FORMAT, DQK, ROWS)                                 \
-  DecodeEntry {                                                              \
-    KvCacheFormat::FORMAT, DQK, ROWS,                                        \
-        pd::launch_portable_sparse_decode<KvCacheFormat::FORMAT, DQK, ROWS>, \
-        pd::decode_smem_bytes<KvCacheFormat::FORMAT, DQK, ROWS>              \
+#define SMLA_DECODE_ENTRY(FORMAT, DQK, ROWS, KEYS)                                 \
+  DecodeEntry {                                                                    \
+    KvCacheFormat::FORMAT, DQK, ROWS, KEYS,                                        \
+        pd::launch_portable_sparse_decode<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>, \
+        pd::decode_smem_bytes<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>,             \
+        pd::decode_ctas_per_sm<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>             \
   }
-constexpr std::array<DecodeEntry, 12> kDecodeEntries{{
-    SMLA_DECODE_ENTRY(kV32Fp8, 576, 16),
-    SMLA_DECODE_ENTRY(kV32Fp8, 576, 32),
-    SMLA_DECODE_ENTRY(kV32Fp8, 576, 64),
-    SMLA_DECODE_ENTRY(kV4Fp8, 512, 16),
-    SMLA_DECODE_ENTRY(kV4Fp8, 512, 32),
-    SMLA_DECODE_ENTRY(kV4Fp8, 512, 64),
-    SMLA_DECODE_ENTRY(kBf16, 576, 16),
-    SMLA_DECODE_ENTRY(kBf16, 576, 32),
-    SMLA_DECODE_ENTRY(kBf16, 576, 64),
-    SMLA_DECODE_ENTRY(kBf16, 512, 16),
-    SMLA_DECODE_ENTRY(kBf16, 512, 32),
-    SMLA_DECODE_ENTRY(kBf16, 512, 64),
+#define SMLA_DECODE_ENTRIES(FORMAT, DQK)                                            \
+  SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 32),   \
+      SMLA_DECODE_ENTRY(FORMAT, DQK, 32, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 32, 32), \
+      SMLA_DECODE_ENTRY(FORMAT, DQK, 64, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 64, 32)
+constexpr std::array<DecodeEntry, 24> kDecodeEntries{{
+    SMLA_DECODE_ENTRIES(kV32Fp8, 576),
+    SMLA_DECODE_ENTRIES(kV4Fp8, 512),
+    SMLA_DECODE_ENTRIES(kBf16, 576),
+    SMLA_DECODE_ENTRIES(kBf16, 512),
 }};
+#undef SMLA_DECODE_ENTRIES
 #undef SMLA_DECODE_ENTRY
 
-const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q) {
+// SMLA_DECODE_BLOCK_KEYS=32|64 (read once per process) forces the tile's keys per block where
+// that configuration fits the device: a tuning and testing knob, not needed in normal use.
+int forced_decode_block_keys() {
+  static const int forced = [] {
+    const char* value = std::getenv("SMLA_DECODE_BLOCK_KEYS");
+    if (value == nullptr) return 0;
+    const std::string text(value);
+    return text == "32" ? 32 : (text == "64" ? 64 : 0);
+  }();
+  return forced;
+}
+
+// The decode tile for (format, d_qk, h_q) on a device with `limits`: the head rows follow h_q
+// (decode_rows_for); of the two key counts per block, 16 rows prefer the compact 32-key tile
+// (2-3 CTAs per SM instead of one: the per-block gather latency of one CTA overlaps the others'
+// work), larger tiles the 64-key one, and either falls back to the other where its shared memory
+// does not fit the device. Deterministic per device, so plan and run agree. nullptr (and
+// *why_not) when neither fits.
+const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q,
+                                const DeviceLimits& limits, std::string* why_not) {
   const int rows = pd::decode_rows_for(h_q);
-  for (const DecodeEntry& e : kDecodeEntries) {
-    if (e.format == format && e.d_qk == d_qk && e.rows == rows) return &e;
+  const int forced = forced_decode_block_keys();
+  int order[2] = {64, 32};
+  if (forced != 0) {
+    order[0] = forced;
+    order[1] = forced == 64 ? 32 : 64;
+  } else if (rows == 16) {
+    order[0] = 32;
+    order[1] = 64;
   }
+  const DecodeEntry* smallest = nullptr;
+  for (const int keys : order) {
+    for (const DecodeEntry& e : kDecodeEntries) {
+      if (e.format != format || e.d_qk != d_qk || e.rows != rows || e.block_keys != keys) continue;
+      if (e.smem() <= limits.smem_optin) return &e;
+      if (smallest == nullptr || e.smem() < smallest->smem()) smallest = &e;
+    }
+  }
+  *why_not = smallest == nullptr
+                 ? "no instantiation for d_qk " + std::to_string(d_qk)
+                 : "needs " + std::to_string(smallest->smem()) +
+                       " bytes of shared memory per block; the device allows " +
+                       std::to_string(limits.smem_optin);
   return nullptr;
 }
 
@@ -181,26 +223,40 @@ bool portable_decode_supports(const SparseDecodeProblem& problem, std::string* w
     *why_not = "b * s_q = " + std::to_string(problem.b * problem.s_q) + " is too large";
     return false;
   }
-  const DecodeEntry* entry = decode_entry(problem.format, problem.d_qk, problem.h_q);
-  if (entry == nullptr) {
-    *why_not = "no instantiation for d_qk " + std::to_string(problem.d_qk);
-    return false;
+  DeviceLimits limits;
+  if (!device_is_sm80_plus(problem.device, &limits, why_not)) return false;
+  return decode_entry(problem.format, problem.d_qk, problem.h_q, limits, why_not) != nullptr;
+}
+
+// The device's limits and the decode tile chosen for `problem` on it, or a kUnsupported status.
+Status decode_entry_for(const SparseDecodeProblem& problem, const char* caller,
+                        DeviceLimits* limits, const DecodeEntry** entry) {
+  std::string why_not;
+  if (!device_is_sm80_plus(problem.device, limits, &why_not) ||
+      (*entry = decode_entry(problem.format, problem.d_qk, problem.h_q, *limits, &why_not)) ==
+          nullptr) {
+    return unsupported(std::string(caller) + ": " + why_not);
   }
-  return device_fits(problem.device, entry->smem(), why_not);
+  return {};
 }
 
 Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions&,
                             DecodePlan* plan) {
-  std::string why_not;
   DeviceLimits limits;
-  const DecodeEntry* entry = decode_entry(problem.format, problem.d_qk, problem.h_q);
-  if (entry == nullptr || !device_fits(problem.device, entry->smem(), &why_not, &limits)) {
-    return unsupported("plan_sparse_decode: " + why_not);
+  const DecodeEntry* entry = nullptr;
+  SMLA_RETURN_IF_ERROR(decode_entry_for(problem, "plan_sparse_decode", &limits, &entry));
+  cuda::DeviceGuard guard;
+  SMLA_RETURN_IF_ERROR(guard.enter(problem.device.index));
+  const int ctas_per_sm = entry->ctas_per_sm();
+  if (ctas_per_sm < 1) {
+    return unsupported("plan_sparse_decode: the " + std::to_string(entry->rows) + "-row, " +
+                       std::to_string(entry->block_keys) +
+                       "-key decode kernel cannot be resident on device " +
+                       std::to_string(problem.device.index));
   }
   const int head_groups = static_cast<int>((problem.h_q + entry->rows - 1) / entry->rows);
-  // One CTA per SM (the smem plan takes most of an SM): the schedule's parts times the head
-  // groups fill the SMs once.
-  const int num_parts = std::max(1, limits.sm_count / head_groups);
+  // The schedule's parts times the head groups fill every resident CTA slot once.
+  const int num_parts = std::max(1, limits.sm_count * ctas_per_sm / head_groups);
   const int64_t num_queries = problem.b * problem.s_q;
   const planning::DecodeWorkspaceLayout layout =
       planning::decode_workspace_layout(num_queries, num_parts, problem.h_q, 512);
@@ -208,7 +264,9 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
   plan->workspace_bytes = static_cast<size_t>(layout.total_bytes);
   plan->reason = "portable split-KV: " + std::to_string(num_parts) + " parts x " +
                  std::to_string(head_groups) + " head groups of " + std::to_string(entry->rows) +
-                 " rows = one CTA per SM on " + std::to_string(limits.sm_count) + " SMs";
+                 " rows x " + std::to_string(entry->block_keys) + "-key blocks = " +
+                 std::to_string(ctas_per_sm) + " CTA(s) per SM on " +
+                 std::to_string(limits.sm_count) + " SMs";
   return {};
 }
 
@@ -217,9 +275,9 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
                            const RunOptions& options) {
   cuda::DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
-  const DecodeEntry* entry =
-      decode_entry(params.problem.format, params.problem.d_qk, params.problem.h_q);
-  if (entry == nullptr) return {StatusCode::kInternal, "portable decode: no instantiation"};
+  DeviceLimits limits;
+  const DecodeEntry* entry = nullptr;
+  SMLA_RETURN_IF_ERROR(decode_entry_for(params.problem, "sparse_decode", &limits, &entry));
   const int num_parts = plan.num_sm_parts;
   const int64_t num_queries = params.problem.b * params.problem.s_q;
   const planning::DecodeWorkspaceLayout layout =
@@ -233,7 +291,7 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
   auto stream = static_cast<cudaStream_t>(options.stream);
   if (schedule == DecodeSchedule::kBuild) {
     SMLA_RETURN_IF_ERROR(
-        cuda::launch_decode_planner(params, num_parts, pd::kBlockTokens, workspace, stream));
+        cuda::launch_decode_planner(params, num_parts, entry->block_keys, workspace, stream));
   }
   const planning::DecodeWorkspace ws = planning::carve_decode_workspace(workspace, layout);
   pd::DecodeLaunch launch;

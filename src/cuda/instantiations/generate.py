@@ -16,6 +16,10 @@ ROWS = (16, 32, 64)
 # (file tag, d_qk) of the sparse prefill kernel.
 PREFILL = [("d576", 576), ("d512", 512)]
 
+# Keys per KV block of the decode split kernel: 64 (standard) and 32 (compact: more CTAs per SM
+# at small head counts, and the configurations that fit sm_80 / sm_86 / sm_89 shared memory).
+DECODE_BLOCK_KEYS = (64, 32)
+
 # (file tag, KvCacheFormat enumerator, d_qk) of the sparse decode split kernel.
 DECODE = [
     ("v32fp8", "kV32Fp8", 576),
@@ -40,14 +44,17 @@ def prefill_unit(dqk: int, rows: int) -> str:
     )
 
 
-def decode_unit(fmt: str, dqk: int, rows: int) -> str:
+def decode_unit(fmt: str, dqk: int, rows: int, keys: int) -> str:
+    config = f"KvCacheFormat::{fmt}, {dqk}, {rows}, {keys}"
     return (
         HEADER
-        + f"// Portable sparse decode split kernel, {fmt} cache, d_qk {dqk}, {rows} head rows per CTA.\n"
+        + f"// Portable sparse decode split kernel, {fmt} cache, d_qk {dqk}, {rows} head rows per CTA,\n"
+        + f"// {keys} keys per block.\n"
         + '#include "cuda/portable/sparse_decode/kernel.cuh"\n\n'
         + "namespace sparse_mla::cuda::portable_decode {\n"
-        + f"template int decode_smem_bytes<KvCacheFormat::{fmt}, {dqk}, {rows}>();\n"
-        + f"template Status launch_portable_sparse_decode<KvCacheFormat::{fmt}, {dqk}, {rows}>(\n"
+        + f"template int decode_smem_bytes<{config}>();\n"
+        + f"template int decode_ctas_per_sm<{config}>();\n"
+        + f"template Status launch_portable_sparse_decode<{config}>(\n"
         + "    const DecodeLaunch&, cudaStream_t);\n"
         + "}  // namespace sparse_mla::cuda::portable_decode\n"
     )
@@ -60,7 +67,11 @@ def main() -> None:
             wanted[f"portable_sparse_prefill_{tag}_h{rows}.cu"] = prefill_unit(dqk, rows)
     for tag, fmt, dqk in DECODE:
         for rows in ROWS:
-            wanted[f"portable_sparse_decode_{tag}_h{rows}.cu"] = decode_unit(fmt, dqk, rows)
+            for keys in DECODE_BLOCK_KEYS:
+                suffix = "" if keys == 64 else f"_k{keys}"
+                wanted[f"portable_sparse_decode_{tag}_h{rows}{suffix}.cu"] = decode_unit(
+                    fmt, dqk, rows, keys
+                )
     for old in HERE.glob("portable_*.cu"):
         if old.name not in wanted:
             old.unlink()

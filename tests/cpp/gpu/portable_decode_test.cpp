@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -119,6 +120,11 @@ void check_case(const verify::DecodeRecipe& recipe) {
   DecodePlan plan;
   SMLA_ASSERT_OK(plan_sparse_decode(problem, &plan, options));
   ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;
+  // A forced tile (tests/cpp/CMakeLists.txt: gpu_decode_tiles_k*) must be the one that runs.
+  if (const char* keys = std::getenv("SMLA_DECODE_BLOCK_KEYS")) {
+    ASSERT_NE(plan.reason.find(std::string(" x ") + keys + "-key blocks"), std::string::npos)
+        << plan.reason;
+  }
   Buffer workspace;
   SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes, &workspace));
   SMLA_ASSERT_OK(sparse_decode(d0.args, plan, workspace.data(), plan.workspace_bytes,

@@ -1,9 +1,10 @@
-// The per-warp math of one 64-key block, shared by the portable prefill and decode kernels:
-//   score      S = Q K^T for the warp's rows x 16 keys (mma.sync m16n8k16, ldmatrix from the
+// The per-warp math of one block of Shape::kBlockKeys (64 or 32) keys, shared by the portable
+// prefill and decode kernels:
+//   score      S = Q K^T for the warp's rows x kKeysPerWarp keys (mma.sync m16n8k16, ldmatrix from the
 //              swizzled Q and KV tiles), scaled to the log2 domain, invalid keys -> -inf;
 //   softmax    row max across the 4 warps of a row group (shared memory + named barrier),
 //              running max/sum update, P = exp2(S - m) to shared memory as bf16, O rescaled;
-//   accumulate O += P V over the block's 64 keys for the warp's 128 output columns
+//   accumulate O += P V over the block's keys for the warp's 128 output columns
 //              (V = the first 512 dims of the same KV tile, read with ldmatrix.trans);
 //   finish     row sums combined across the 4 warps.
 #pragma once
@@ -42,7 +43,7 @@ struct WarpAccum {
   }
 };
 
-// Where a warp works: rows [row0, row0 + 16*kMTiles), keys [key0, key0 + 16) of a block,
+// Where a warp works: rows [row0, row0 + 16*kMTiles), keys [key0, key0 + kKeysPerWarp) of a block,
 // output columns [col0, col0 + 128).
 struct WarpPlace {
   int lane, row_group, key_group, row0, key0, col0;
@@ -75,22 +76,29 @@ __device__ __forceinline__ LdsmLane ldsm_lane(uint32_t tile, int row, int chunk_
   return {tile + static_cast<uint32_t>(row) * 128, static_cast<uint32_t>(chunk_bit ^ (row & 7))};
 }
 
+// Score registers of one warp: [m16 tile][n8 key tile][4] fp32.
+template <class Shape>
+using ScoreTile = float[Shape::kMTiles][Shape::kKeyTiles][4];
+
 // score: s[mt][nt] = Q[rows of mt] . K[key0 + 8 nt .. +8]^T over all d_qk dims (raw dot).
+// B fragments: ldmatrix x4 = 2 key tiles x k16 (16 keys per warp), x2 = 1 key tile (8 keys).
 template <class Shape>
 __device__ __forceinline__ void score_block(uint32_t q_tile, uint32_t kv_tile, const WarpPlace& w,
-                                            float (&s)[Shape::kMTiles][2][4]) {
+                                            ScoreTile<Shape>& s) {
   LdsmLane a_lane[Shape::kMTiles];
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt) {
     a_lane[mt] = ldsm_lane(q_tile, w.row0 + mt * 16 + (w.lane & 15), w.lane >> 4);
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+    for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
     }
   }
-  const LdsmLane b_lane =
-      ldsm_lane(kv_tile, w.key0 + ((w.lane >> 4) << 3) + (w.lane & 7), (w.lane >> 3) & 1);
+  // x2 uses the addresses of lanes 0..15 only (keys key0..key0+7, both k halves).
+  const LdsmLane b_lane = ldsm_lane(
+      kv_tile, w.key0 + (Shape::kKeyTiles == 2 ? ((w.lane >> 4) << 3) : 0) + (w.lane & 7),
+      (w.lane >> 3) & 1);
 #pragma unroll
   for (int ks = 0; ks < Shape::kDqk / 16; ++ks) {
     uint32_t a[Shape::kMTiles][4];
@@ -99,29 +107,36 @@ __device__ __forceinline__ void score_block(uint32_t q_tile, uint32_t kv_tile, c
       ptx::ldmatrix_x4(a[mt], a_lane[mt].template at<Shape::kRows>(2 * ks));
     }
     uint32_t b[4];
-    ptx::ldmatrix_x4(b, b_lane.template at<Shape::kBlockKeys>(2 * ks));
+    if constexpr (Shape::kKeyTiles == 2) {
+      ptx::ldmatrix_x4(b, b_lane.template at<Shape::kBlockKeys>(2 * ks));
+    } else {
+      ptx::ldmatrix_x2(b[0], b[1], b_lane.template at<Shape::kBlockKeys>(2 * ks));
+    }
 #pragma unroll
     for (int mt = 0; mt < Shape::kMTiles; ++mt) {
-      ptx::mma_m16n8k16_bf16_f32(s[mt][0], a[mt], b[0], b[1]);
-      ptx::mma_m16n8k16_bf16_f32(s[mt][1], a[mt], b[2], b[3]);
+#pragma unroll
+      for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
+        ptx::mma_m16n8k16_bf16_f32(s[mt][nt], a[mt], b[2 * nt], b[2 * nt + 1]);
+      }
     }
   }
 }
 
 // softmax: masks and scales s in place, updates acc.m/acc.l, rescales acc.o, writes bf16 P into
-// p_tile ([kRows][64] swizzled). red_max: [kKeyGroups][kRows] fp32 scratch. valid: [64] flags
-// of this block. Ends with the row group's barrier, after which P is complete.
+// p_tile ([kRows][64] swizzled, the first kBlockKeys columns used). red_max: [kKeyGroups][kRows]
+// fp32 scratch. valid: [kBlockKeys] flags of this block. Ends with the row group's barrier,
+// after which P is complete.
 template <class Shape>
-__device__ __forceinline__ void softmax_block(float (&s)[Shape::kMTiles][2][4],
+__device__ __forceinline__ void softmax_block(ScoreTile<Shape>& s,
                                               const uint8_t* valid, float scale_log2,
                                               float* red_max, uint8_t* p_tile, const WarpPlace& w,
                                               WarpAccum<Shape>& acc) {
   const int g = w.lane >> 2, t = w.lane & 3;
   const int barrier_id = 1 + w.row_group;
   const int barrier_threads = Shape::kKeyGroups * 32;
-  bool key_ok[2][2];
+  bool key_ok[Shape::kKeyTiles][2];
 #pragma unroll
-  for (int nt = 0; nt < 2; ++nt) {
+  for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) key_ok[nt][i] = valid[w.key0 + nt * 8 + 2 * t + i] != 0;
   }
@@ -131,7 +146,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[Shape::kMTiles][2][4],
     for (int half = 0; half < 2; ++half) {
       float row_max = -INFINITY;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           float& x = s[mt][nt][2 * half + i];
@@ -161,7 +176,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[Shape::kMTiles][2][4],
       acc.m[mt][half] = m_new;
       float sum = 0.0f;
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           float& x = s[mt][nt][2 * half + i];
@@ -176,7 +191,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[Shape::kMTiles][2][4],
         acc.o[mt][n][2 * half + 1] *= alpha;
       }
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
         const uint32_t packed = ptx::pack_bf16x2(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
         const int chunk = (w.key0 >> 3) + nt;
         *reinterpret_cast<uint32_t*>(p_tile + tile_chunk_offset<Shape::kRows>(row, chunk) + 4 * t) =
@@ -187,7 +202,7 @@ __device__ __forceinline__ void softmax_block(float (&s)[Shape::kMTiles][2][4],
   ptx::named_barrier_sync(barrier_id, barrier_threads);
 }
 
-// accumulate: acc.o += P[rows, 64 keys] . V[64 keys, col0 .. col0 + 128).
+// accumulate: acc.o += P[rows, kBlockKeys keys] . V[kBlockKeys keys, col0 .. col0 + 128).
 template <class Shape>
 __device__ __forceinline__ void accumulate_block(uint32_t p_tile, uint32_t kv_tile,
                                                  const WarpPlace& w, WarpAccum<Shape>& acc) {

@@ -1,7 +1,8 @@
 // Compile-time configuration and shared-memory plan of the portable (sm_80+) sparse decode split
 // kernel: one CTA = one part of the split-KV schedule x one head group. For each query piece of
-// its part it gathers 64-slot blocks of the main then the extra list, dequantises FP8 rows to
-// bf16 in shared memory, and runs the same MMA core as prefill (common/tile_attention.cuh).
+// its part it gathers blocks of 64 (or, compact tiles, 32) slots of the main then the extra list,
+// dequantises FP8 rows to bf16 in shared memory, and runs the same MMA core as prefill
+// (common/tile_attention.cuh).
 #pragma once
 
 #include <cstdint>
@@ -17,8 +18,16 @@ namespace sparse_mla::cuda::portable_decode {
 template <int kRows>
 inline constexpr int kDecodeWarps = kRows == 16 ? 4 : 8;
 
-template <int kDqk, int kRows>
-using DecodeShape = TileShape<kDqk, kRows, kDecodeWarps<kRows>>;
+// kBlockKeys 64: the standard tile (one CTA per SM on sm_90). 32: the compact tile, half the KV
+// shared memory: 2-3 CTAs per SM with 16 rows on sm_90 (their fixed per-block latencies overlap),
+// and the configurations that fit the smaller shared memory of sm_80 / sm_86 / sm_89.
+template <int kDqk, int kRows, int kBlockKeys = 64>
+using DecodeShape = TileShape<kDqk, kRows, kDecodeWarps<kRows>, kBlockKeys>;
+
+// Resident CTAs per SM the register budget is built for (__launch_bounds__): 3 for the compact
+// 16-row tile (<= 170 registers at 128 threads; its shared memory allows 2-3 on sm_90), else 1.
+template <class Shape>
+inline constexpr int kDecodeMinCtas = Shape::kBlockKeys == 32 && Shape::kRows == 16 ? 3 : 1;
 
 // Quantized caches: raw token bytes are gathered (cp.async) into `raw` while the previous block
 // is being multiplied, then dequantised into the single bf16 tile. bf16 caches: rows go straight
@@ -37,7 +46,7 @@ struct RawRow {
   static_assert(Traits::kTailOffset % 16 == 0, "the bf16 tail is copied in 16-B chunks");
 };
 
-// Shared memory, in bytes (64 rows): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P + 41,984 raw
+// Shared memory, in bytes (64 rows, 64 keys): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P + 41,984 raw
 // + 2,048 row statistics + 520 row addresses + 128 flags, padded by alignment to 200,704
 // (sizeof); bf16 cache, 576 dims: 73,728 Q + 2 x 73,728 KV + 8,192 P + statistics and
 // addresses = 232,448 (sizeof): exactly sm_90's per-block limit, no headroom left.
@@ -47,17 +56,16 @@ struct DecodeSmem {
   static constexpr int kTileStages = kQuantized ? 1 : 2;
   static constexpr int kRawBytes = kQuantized ? Shape::kBlockKeys * RawRow<Traits>::kPitch : 16;
   static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
-  static_assert(Shape::kBlockKeys == kBlockTokens, "a schedule block is one KV tile");
 
   alignas(1024) uint8_t q[Shape::kQBytes];                     // [kRows, d_qk] bf16, swizzled
-  alignas(1024) uint8_t kv[kTileStages][Shape::kKvTileBytes];  // [stages][64, d_qk] bf16
+  alignas(1024) uint8_t kv[kTileStages][Shape::kKvTileBytes];  // [stages][keys, d_qk] bf16
   alignas(1024) uint8_t p[Shape::kPBytes];                     // [kRows, 64] bf16, swizzled
-  alignas(16) uint8_t raw[kRawBytes];                          // [64, kPitch] raw token bytes
+  alignas(16) uint8_t raw[kRawBytes];                          // [keys, kPitch] raw token bytes
   float red_max[Shape::kKeyGroups * Shape::kRows];             // [4, kRows]
   float red_sum[Shape::kKeyGroups * Shape::kRows];             // [4, kRows]
   const uint8_t* row_ptr[Shape::kBlockKeys];                   // next block's clamped data rows
   const uint8_t* scale_ptr[kScaleRows];                        // next block's scale rows (v4)
-  uint8_t valid[2][Shape::kBlockKeys];                         // [2][64] slot validity
+  uint8_t valid[2][Shape::kBlockKeys];                         // [2][keys] slot validity
 };
 
 inline constexpr int kMaxSmemSm90 = 232448;  // opt-in shared memory per block, sm_90

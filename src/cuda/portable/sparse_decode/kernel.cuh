@@ -1,6 +1,6 @@
 // Portable (sm_80+) sparse decode split kernel (SPEC §3): grid (num_parts, head_groups); CTA
 // (part, group) processes the query pieces its DecodePartSchedule names. Per piece (one query,
-// a range of its 64-slot blocks over the main list then the extra list, one softmax):
+// a range of its kBlockKeys-slot blocks over the main list then the extra list, one softmax):
 //   load       stage the next block's clamped row addresses, cp.async raw token bytes (FP8) or
 //              bf16 rows; invalid slots are zero-filled and never read;
 //   dequantise raw e4m3 x fp32 scale -> bf16 tile (exact scale, kv_cache_traits.cuh offsets);
@@ -43,6 +43,7 @@ __device__ __forceinline__ int64_t clamped_length(const detail::IndexListParams&
   return n < 0 ? 0 : (n < list.topk ? n : list.topk);
 }
 
+template <int kBlockKeys>
 __device__ __forceinline__ QueryLists query_lists(const detail::DecodeParams& p, int64_t b,
                                                   int64_t s) {
   QueryLists q;
@@ -55,12 +56,12 @@ __device__ __forceinline__ QueryLists query_lists(const detail::DecodeParams& p,
               s * p.extra_list.indices_stride_s;
     q.n_extra = clamped_length(p.extra_list, b, s);
   }
-  q.blocks_main = static_cast<int>((q.n_main + kBlockTokens - 1) / kBlockTokens);
-  q.blocks_total = q.blocks_main + static_cast<int>((q.n_extra + kBlockTokens - 1) / kBlockTokens);
+  q.blocks_main = static_cast<int>((q.n_main + kBlockKeys - 1) / kBlockKeys);
+  q.blocks_total = q.blocks_main + static_cast<int>((q.n_extra + kBlockKeys - 1) / kBlockKeys);
   return q;
 }
 
-// load (addresses): threads 0..63 resolve slot `thread` of block `block` (main blocks first,
+// load (addresses): threads 0..kBlockKeys-1 resolve slot `thread` of block `block` (main blocks first,
 // then extra blocks). Valid iff inside the list's length and 0 <= index < num_slots; an invalid
 // slot gets slot 0's (in-bounds) address and a zero flag.
 template <class Shape, class Traits>
@@ -73,7 +74,8 @@ __device__ __forceinline__ void stage_block_rows(const detail::DecodeParams& p,
   const int32_t* indices = is_main ? lists.main : lists.extra;
   const int64_t n = is_main ? lists.n_main : lists.n_extra;
   const int64_t k =
-      static_cast<int64_t>(is_main ? block : block - lists.blocks_main) * kBlockTokens + thread;
+      static_cast<int64_t>(is_main ? block : block - lists.blocks_main) * Shape::kBlockKeys +
+      thread;
   const int32_t index = k < n ? __ldg(indices + k) : -1;
   const bool valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
   const int64_t slot = valid ? index : 0;
@@ -112,7 +114,7 @@ __device__ __forceinline__ void load_block_rows(int step, int thread,
   }
 }
 
-// dequantise: raw [64, kPitch] -> bf16 tile. Each unit is one 16-B tile chunk (8 dims): an e4m3
+// dequantise: raw [keys, kPitch] -> bf16 tile. Each unit is one 16-B tile chunk (8 dims): an e4m3
 // chunk times its tile's scale, or a copied chunk of the bf16 tail. Zero-filled (invalid) rows
 // have zero data and zero scales, so they dequantise to 0.
 template <class Shape, class Traits>
@@ -212,7 +214,7 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, int64_t 
 }
 
 template <class Shape, class Traits>
-__global__ void __launch_bounds__(Shape::kThreads, 1)
+__global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
     portable_sparse_decode_kernel(const DecodeLaunch launch) {
   using Smem = DecodeSmem<Shape, Traits>;
   extern __shared__ __align__(1024) uint8_t smem_bytes[];
@@ -227,7 +229,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   for (int32_t query = part.begin_query; query <= part.end_query; ++query) {
     const int64_t b = query / s_q, s = query % s_q;
-    const QueryLists lists = query_lists(p, b, s);
+    const QueryLists lists = query_lists<Shape::kBlockKeys>(p, b, s);
     const int block_begin = query == part.begin_query ? part.begin_block : 0;
     const int block_end = query == part.end_query ? part.end_block : lists.blocks_total;
     const int32_t slot = planning::piece_partial_slot(part, query, launch.split_offsets);
@@ -256,7 +258,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
         ptx::cp_async_commit();
       }
       const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
-      float scores[Shape::kMTiles][2][4];
+      ScoreTile<Shape> scores;
       score_block<Shape>(smem_u32(sm.q), tile, w, scores);
       softmax_block<Shape>(scores, sm.valid[step & 1], scale_log2, sm.red_max, sm.p, w, acc);
       accumulate_block<Shape>(smem_u32(sm.p), tile, w, acc);
@@ -269,17 +271,34 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   }
 }
 
-template <KvCacheFormat kFormat, int kDqk, int kRows>
+template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 int decode_smem_bytes() {
-  return static_cast<int>(sizeof(DecodeSmem<DecodeShape<kDqk, kRows>, KvTraits<kFormat, kDqk>>));
+  return static_cast<int>(
+      sizeof(DecodeSmem<DecodeShape<kDqk, kRows, kBlockKeys>, KvTraits<kFormat, kDqk>>));
 }
 
-template <KvCacheFormat kFormat, int kDqk, int kRows>
+template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
+int decode_ctas_per_sm() {
+  using Shape = DecodeShape<kDqk, kRows, kBlockKeys>;
+  auto kernel = portable_sparse_decode_kernel<Shape, KvTraits<kFormat, kDqk>>;
+  const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
+  int ctas = 0;
+  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+          cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, Shape::kThreads, smem) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return ctas;
+}
+
+template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
-  using Shape = DecodeShape<kDqk, kRows>;
+  using Shape = DecodeShape<kDqk, kRows, kBlockKeys>;
   using Traits = KvTraits<kFormat, kDqk>;
   const int head_groups = static_cast<int>((launch.p.problem.h_q + kRows - 1) / kRows);
-  const int smem = decode_smem_bytes<kFormat, kDqk, kRows>();
+  const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
   auto kernel = portable_sparse_decode_kernel<Shape, Traits>;
   SMLA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));

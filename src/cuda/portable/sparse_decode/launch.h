@@ -1,5 +1,5 @@
 // Host-side launcher of the portable sparse decode split kernel, one explicit instantiation per
-// (cache format, d_qk, head rows) in src/cuda/instantiations/. Only those units include
+// (cache format, d_qk, head rows, keys per block) in src/cuda/instantiations/. Only those units include
 // kernel.cuh. The planner and the combine are separate launches (src/cuda/planning,
 // src/cuda/combine); kernel_tables.cpp sequences the three.
 #pragma once
@@ -12,9 +12,6 @@
 #include "sparse_mla/status.h"
 
 namespace sparse_mla::cuda::portable_decode {
-
-// The schedule's block (decode_schedule.h block_tokens): the kernel's 64-row KV tile.
-inline constexpr int kBlockTokens = 64;
 
 // Head rows per CTA for h_q heads: 16, 32 or 64 (h_q > 64: ceil(h_q / 64) head groups).
 inline int decode_rows_for(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
@@ -29,10 +26,16 @@ struct DecodeLaunch {
   float* partial_out = nullptr;                         // [max_partials, h_q, 512] fp32
 };
 
-template <KvCacheFormat kFormat, int kDqk, int kRows>
+// The schedule's block (decode_schedule.h block_tokens) is the kernel's KV tile: kBlockKeys
+// (64 or 32) slots.
+template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 int decode_smem_bytes();
 
-template <KvCacheFormat kFormat, int kDqk, int kRows>
+// CTAs of this configuration resident per SM on the current device (0 if the query fails).
+template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
+int decode_ctas_per_sm();
+
+template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream);
 
 }  // namespace sparse_mla::cuda::portable_decode

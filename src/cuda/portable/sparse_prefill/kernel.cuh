@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       load_block_rows<Shape>(block + 1, thread, sm);
       ptx::cp_async_commit();
     }
-    float s[Shape::kMTiles][2][4];
+    ScoreTile<Shape> s;
     score_block<Shape>(smem_u32(sm.q), smem_u32(sm.kv[block & 1]), w, s);
     softmax_block<Shape>(s, sm.valid[block & 1], scale_log2, sm.red_max, sm.p, w, acc);
     accumulate_block<Shape>(smem_u32(sm.p), smem_u32(sm.kv[block & 1]), w, acc);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Profile chosen benchmark cases with Nsight Compute on a GPU machine (the device tool): builds
+# only the CLI (Release, sm_90a, 16 jobs), then for each case runs `sparse-mla bench` once under
+# `ncu` (one timed run, no warm-up, no verification) and keeps the report as text.
+#
+#   scripts/gpu_profile.sh OUT_DIR 'CASE FLAGS' ['CASE FLAGS' ...]
+#     e.g. scripts/gpu_profile.sh "$OUT" '--op decode --format v4_fp8 --b 64 --s_q 1 --h_q 16 ...'
+# Environment: SMLA_NCU_SECTIONS (default: speed of light, warp states, memory, launch,
+# occupancy), SMLA_NCU_KERNELS (kernel-name regex, default the decode/prefill/planner/combine
+# kernels). Needs nlohmann_json: carry .gpu-deps (see gpu_check.sh --prepare-deps).
+set -uo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT_DIR=${1:?usage: gpu_profile.sh OUT_DIR CASE...}
+shift
+BUILD="$ROOT/build-gpu"
+mkdir -p "$OUT_DIR"
+SECTIONS=${SMLA_NCU_SECTIONS:-SpeedOfLight WarpStateStats MemoryWorkloadAnalysis LaunchStats Occupancy}
+KERNELS=${SMLA_NCU_KERNELS:-'regex:portable|combine|planner'}
+
+cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMLA_ENABLE_CUDA=ON \
+  -DSMLA_CUDA_ARCHS=90a -DSMLA_BUILD_TESTS=OFF -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
+  "-DCMAKE_PREFIX_PATH=$ROOT/.gpu-deps" >"$OUT_DIR/profile_build.log" 2>&1 &&
+  cmake --build "$BUILD" -j 16 --target sparse-mla >>"$OUT_DIR/profile_build.log" 2>&1 ||
+  { tail -30 "$OUT_DIR/profile_build.log"; exit 1; }
+
+NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+section_flags=()
+for s in $SECTIONS; do section_flags+=(--section "$s"); done
+n=0
+for case_flags in "$@"; do
+  n=$((n + 1))
+  # shellcheck disable=SC2086  # the case is a list of flags
+  "$NCU" -k "$KERNELS" "${section_flags[@]}" "$BUILD/sparse-mla" bench $case_flags \
+    --backend cuda --iters 1 --warmup 0 --verify off >"$OUT_DIR/profile_$n.txt" 2>&1
+  echo "== case $n: $case_flags"
+  grep -E '^  [a-z_]+.*\(|Duration' "$OUT_DIR/profile_$n.txt" | head -20
+done
