@@ -61,31 +61,42 @@ __device__ __forceinline__ QueryLists query_lists(const detail::DecodeParams& p,
   return q;
 }
 
-// load (addresses): threads 0..kBlockKeys-1 resolve slot `thread` of block `block` (main blocks first,
-// then extra blocks). Valid iff inside the list's length and 0 <= index < num_slots; an invalid
-// slot gets slot 0's (in-bounds) address and a zero flag.
-template <class Shape, class Traits>
-__device__ __forceinline__ void stage_block_rows(const detail::DecodeParams& p,
-                                                 const QueryLists& lists, int block, int step,
-                                                 int thread, DecodeSmem<Shape, Traits>& sm) {
-  if (thread >= Shape::kBlockKeys) return;
+// load (index): the index list entry of slot `thread` of block `block` (main blocks first, then
+// extra blocks), or -1 past the list's valid length. Issued a block ahead of its use (see the
+// kernel loop) so that its global latency overlaps the wait for the current block's rows.
+template <class Shape>
+__device__ __forceinline__ int32_t slot_index(const QueryLists& lists, int block, int thread) {
+  if (thread >= Shape::kBlockKeys) return -1;
   const bool is_main = block < lists.blocks_main;
-  const detail::KvCacheParams& cache = is_main ? p.cache : p.extra_cache;
   const int32_t* indices = is_main ? lists.main : lists.extra;
   const int64_t n = is_main ? lists.n_main : lists.n_extra;
   const int64_t k =
       static_cast<int64_t>(is_main ? block : block - lists.blocks_main) * Shape::kBlockKeys +
       thread;
-  const int32_t index = k < n ? __ldg(indices + k) : -1;
+  return k < n ? __ldg(indices + k) : -1;
+}
+
+// load (addresses): threads 0..kBlockKeys-1 resolve slot `thread` of block `block` from its
+// `index` (slot_index). Valid iff 0 <= index < num_slots; an invalid slot gets slot 0's
+// (in-bounds) address and a zero flag. Slots are int32 (< 2^31) and page_block_size <= INT32_MAX
+// (validated), so the page split is a 32-bit division.
+template <class Shape, class Traits>
+__device__ __forceinline__ void stage_block_rows(const detail::DecodeParams& p,
+                                                 const QueryLists& lists, int block, int step,
+                                                 int thread, int32_t index,
+                                                 DecodeSmem<Shape, Traits>& sm) {
+  if (thread >= Shape::kBlockKeys) return;
+  const detail::KvCacheParams& cache = block < lists.blocks_main ? p.cache : p.extra_cache;
   const bool valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
-  const int64_t slot = valid ? index : 0;
-  const int64_t page = slot / cache.page_block_size;
-  const int64_t t = slot - page * cache.page_block_size;
-  const uint8_t* block_base = cache.data + page * cache.block_stride_bytes;
-  sm.row_ptr[thread] = block_base + t * Traits::kDataRowBytes;
+  const uint32_t slot = valid ? static_cast<uint32_t>(index) : 0u;
+  const uint32_t page_size = static_cast<uint32_t>(cache.page_block_size);
+  const uint32_t page = slot / page_size;
+  const uint32_t t = slot - page * page_size;
+  const uint8_t* block_base = cache.data + static_cast<int64_t>(page) * cache.block_stride_bytes;
+  sm.row_ptr[thread] = block_base + static_cast<int64_t>(t) * Traits::kDataRowBytes;
   if constexpr (!Traits::kScalesInRow) {
-    sm.scale_ptr[thread] =
-        block_base + cache.page_block_size * Traits::kDataRowBytes + t * Traits::kScaleRowBytes;
+    sm.scale_ptr[thread] = block_base + cache.page_block_size * Traits::kDataRowBytes +
+                           static_cast<int64_t>(t) * Traits::kScaleRowBytes;
   }
   sm.valid[step & 1][thread] = valid ? 1 : 0;
 }
@@ -239,7 +250,8 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
     acc.reset();
     load_q<Shape, Traits>(p, b, s, head0, thread, sm);
     if (block_begin < block_end) {
-      stage_block_rows<Shape, Traits>(p, lists, block_begin, 0, thread, sm);
+      stage_block_rows<Shape, Traits>(p, lists, block_begin, 0, thread,
+                                      slot_index<Shape>(lists, block_begin, thread), sm);
     }
     __syncthreads();
     if (block_begin < block_end) load_block_rows<Shape, Traits>(0, thread, sm);
@@ -247,11 +259,16 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
 
     for (int block = block_begin; block < block_end; ++block) {
       const int step = block - block_begin;
+      const bool has_next = block + 1 < block_end;
+      // The next block's indices are requested now; they are needed only after the wait, the
+      // barrier and the dequantisation below.
+      const int32_t next_index = has_next ? slot_index<Shape>(lists, block + 1, thread) : -1;
       ptx::cp_async_wait<0>();
       __syncthreads();  // this block's bytes landed; every warp is done with the previous tile
       if constexpr (Smem::kQuantized) dequantize_block<Shape, Traits>(thread, sm);
-      const bool has_next = block + 1 < block_end;
-      if (has_next) stage_block_rows<Shape, Traits>(p, lists, block + 1, step + 1, thread, sm);
+      if (has_next) {
+        stage_block_rows<Shape, Traits>(p, lists, block + 1, step + 1, thread, next_index, sm);
+      }
       __syncthreads();
       if (has_next) {
         load_block_rows<Shape, Traits>(step + 1, thread, sm);
