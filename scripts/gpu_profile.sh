@@ -7,7 +7,9 @@
 #     e.g. scripts/gpu_profile.sh "$OUT" '--op decode --format v4_fp8 --b 64 --s_q 1 --h_q 16 ...'
 # Environment: SMLA_NCU_SECTIONS (default: speed of light, warp states, memory, launch,
 # occupancy), SMLA_NCU_KERNELS (kernel-name regex, default the decode/prefill/planner/combine
-# kernels). Needs nlohmann_json: carry .gpu-deps (see gpu_check.sh --prepare-deps).
+# kernels), SMLA_NCU_SOURCE=1 (also sample warp stalls per SASS instruction of the first matching
+# kernel and print the hot spots with scripts/ncu_hotspots.py). Needs nlohmann_json: carry
+# .gpu-deps (see gpu_check.sh --prepare-deps).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT_DIR=${1:?usage: gpu_profile.sh OUT_DIR CASE...}
@@ -34,4 +36,15 @@ for case_flags in "$@"; do
     --backend cuda --iters 1 --warmup 0 --verify off >"$OUT_DIR/profile_$n.txt" 2>&1
   echo "== case $n: $case_flags"
   grep -E '^  [a-z_]+.*\(|Duration' "$OUT_DIR/profile_$n.txt" | head -20
+  if [[ ${SMLA_NCU_SOURCE:-0} == 1 ]]; then
+    # shellcheck disable=SC2086
+    "$NCU" -k "$KERNELS" --launch-count 1 --section SourceCounters --section WarpStateStats \
+      -f -o "$BUILD/profile_$n" "$BUILD/sparse-mla" bench $case_flags --backend cuda --iters 1 \
+      --warmup 0 --verify off >/dev/null 2>&1 &&
+      "$NCU" -i "$BUILD/profile_$n.ncu-rep" --page source --print-source sass --csv \
+        >"$BUILD/profile_${n}_sass.csv" 2>&1 &&
+      python3 "$ROOT/scripts/ncu_hotspots.py" "$BUILD/profile_${n}_sass.csv" 40 \
+        >"$OUT_DIR/hotspots_$n.txt" 2>&1
+    head -60 "$OUT_DIR/hotspots_$n.txt"
+  fi
 done

@@ -1,13 +1,13 @@
 // The CUDA back end's kernel tables (core/kernel_variant.h): portable sm_80+ sparse prefill and
 // sparse decode (one variant per cache format). Each entry checks the device (compute
-// capability, opt-in shared memory) in `supports`, and `run` picks the head-tile instantiation
-// for h_q. Decode `run` sequences planner (kBuild only) -> split kernel -> combine on one stream,
+// capability, opt-in shared memory) in `supports`, and `run` launches the tile instantiation
+// (head rows x keys per block) that cuda/tile_choice.h picks for h_q and the device's shared
+// memory. Decode `run` sequences planner (kBuild only) -> split kernel -> combine on one stream,
 // without host synchronisation or allocation.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <span>
 #include <string>
 
@@ -18,6 +18,7 @@
 #include "cuda/portable/sparse_prefill/launch.h"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/device_guard.h"
+#include "cuda/tile_choice.h"
 #include "planning/decode_workspace.h"
 
 namespace sparse_mla::detail {
@@ -58,42 +59,53 @@ bool device_is_sm80_plus(const Device& device, DeviceLimits* limits, std::string
   return true;
 }
 
-// Common device checks: sm_80+ and enough opt-in shared memory for `smem_bytes`.
-bool device_fits(const Device& device, int smem_bytes, std::string* why_not) {
-  DeviceLimits limits;
-  if (!device_is_sm80_plus(device, &limits, why_not)) return false;
-  if (limits.smem_optin < smem_bytes) {
-    *why_not = "needs " + std::to_string(smem_bytes) +
-               " bytes of shared memory per block; device " + std::to_string(device.index) +
-               " allows " + std::to_string(limits.smem_optin);
-    return false;
-  }
-  return true;
-}
-
 // ---- prefill -------------------------------------------------------------------------------
 
 using PrefillLaunchFn = Status (*)(const PrefillParams&, cudaStream_t);
 struct PrefillEntry {
-  int d_qk, rows;
+  int d_qk, rows, block_keys;
   PrefillLaunchFn launch;
   int (*smem)();
 };
-constexpr std::array<PrefillEntry, 6> kPrefillEntries{{
-    {576, 16, pp::launch_portable_sparse_prefill<576, 16>, pp::prefill_smem_bytes<576, 16>},
-    {576, 32, pp::launch_portable_sparse_prefill<576, 32>, pp::prefill_smem_bytes<576, 32>},
-    {576, 64, pp::launch_portable_sparse_prefill<576, 64>, pp::prefill_smem_bytes<576, 64>},
-    {512, 16, pp::launch_portable_sparse_prefill<512, 16>, pp::prefill_smem_bytes<512, 16>},
-    {512, 32, pp::launch_portable_sparse_prefill<512, 32>, pp::prefill_smem_bytes<512, 32>},
-    {512, 64, pp::launch_portable_sparse_prefill<512, 64>, pp::prefill_smem_bytes<512, 64>},
-}};
-
-const PrefillEntry* prefill_entry(int64_t d_qk, int64_t h_q) {
-  const int rows = pp::prefill_rows_for(h_q);
-  for (const PrefillEntry& e : kPrefillEntries) {
-    if (e.d_qk == d_qk && e.rows == rows) return &e;
+#define SMLA_PREFILL_ENTRY(DQK, ROWS, KEYS)                                      \
+  PrefillEntry {                                                                 \
+    DQK, ROWS, KEYS, pp::launch_portable_sparse_prefill<DQK, ROWS, KEYS>,        \
+        pp::prefill_smem_bytes<DQK, ROWS, KEYS>                                  \
   }
-  return nullptr;
+#define SMLA_PREFILL_ENTRIES(DQK)                                                     \
+  SMLA_PREFILL_ENTRY(DQK, 16, 64), SMLA_PREFILL_ENTRY(DQK, 16, 32),                   \
+      SMLA_PREFILL_ENTRY(DQK, 32, 64), SMLA_PREFILL_ENTRY(DQK, 32, 32),               \
+      SMLA_PREFILL_ENTRY(DQK, 64, 64), SMLA_PREFILL_ENTRY(DQK, 64, 32)
+constexpr std::array<PrefillEntry, 12> kPrefillEntries{{
+    SMLA_PREFILL_ENTRIES(576),
+    SMLA_PREFILL_ENTRIES(512),
+}};
+#undef SMLA_PREFILL_ENTRIES
+#undef SMLA_PREFILL_ENTRY
+
+// The prefill tile for (d_qk, h_q) on a device: the standard 64-key tiles where they fit, else
+// the compact 32-key ones, else fewer head rows (cuda/tile_choice.h). SMLA_PREFILL_BLOCK_KEYS
+// forces the key count (tests/cpp/CMakeLists.txt runs the GPU prefill tests both ways).
+const PrefillEntry* prefill_entry(int64_t d_qk, int64_t h_q, const DeviceLimits& limits,
+                                  std::string* why_not) {
+  auto find = [&](int rows, int keys) -> const PrefillEntry* {
+    for (const PrefillEntry& e : kPrefillEntries) {
+      if (e.d_qk == d_qk && e.rows == rows && e.block_keys == keys) return &e;
+    }
+    return nullptr;
+  };
+  const cuda::TileSmemFn smem = [&](int rows, int keys) {
+    const PrefillEntry* e = find(rows, keys);
+    return e != nullptr ? e->smem() : 0;
+  };
+  const int rows = pp::prefill_rows_for(h_q);
+  const cuda::TileChoice tile = cuda::choose_tile(
+      rows, 64, cuda::forced_block_keys("SMLA_PREFILL_BLOCK_KEYS"), limits.smem_optin, smem);
+  if (tile.rows == 0) {
+    *why_not = cuda::tile_does_not_fit(rows, limits.smem_optin, smem);
+    return nullptr;
+  }
+  return find(tile.rows, tile.block_keys);
 }
 
 bool portable_prefill_supports(const SparsePrefillProblem& problem, std::string* why_not) {
@@ -109,19 +121,26 @@ bool portable_prefill_supports(const SparsePrefillProblem& problem, std::string*
     *why_not = "h_q must be in [1, 128], got " + std::to_string(problem.h_q);
     return false;
   }
-  const PrefillEntry* entry = prefill_entry(problem.d_qk, problem.h_q);
-  if (entry == nullptr) {
+  if (problem.d_qk != 576 && problem.d_qk != 512) {
     *why_not = "d_qk must be 576 or 512, got " + std::to_string(problem.d_qk);
     return false;
   }
-  return device_fits(problem.device, entry->smem(), why_not);
+  DeviceLimits limits;
+  if (!device_is_sm80_plus(problem.device, &limits, why_not)) return false;
+  return prefill_entry(problem.d_qk, problem.h_q, limits, why_not) != nullptr;
 }
 
 Status portable_prefill_run(const PrefillParams& params, const RunOptions& options) {
   cuda::DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
-  const PrefillEntry* entry = prefill_entry(params.problem.d_qk, params.problem.h_q);
-  if (entry == nullptr) return {StatusCode::kInternal, "portable prefill: no instantiation"};
+  DeviceLimits limits;
+  std::string why_not;
+  const PrefillEntry* entry = nullptr;
+  if (!device_is_sm80_plus(params.problem.device, &limits, &why_not) ||
+      (entry = prefill_entry(params.problem.d_qk, params.problem.h_q, limits, &why_not)) ==
+          nullptr) {
+    return unsupported("sparse_prefill: " + why_not);
+  }
   return entry->launch(params, static_cast<cudaStream_t>(options.stream));
 }
 
@@ -155,50 +174,35 @@ constexpr std::array<DecodeEntry, 24> kDecodeEntries{{
 #undef SMLA_DECODE_ENTRIES
 #undef SMLA_DECODE_ENTRY
 
-// SMLA_DECODE_BLOCK_KEYS=32|64 (read once per process) forces the tile's keys per block where
-// that configuration fits the device: a tuning and testing knob, not needed in normal use.
-int forced_decode_block_keys() {
-  static const int forced = [] {
-    const char* value = std::getenv("SMLA_DECODE_BLOCK_KEYS");
-    if (value == nullptr) return 0;
-    const std::string text(value);
-    return text == "32" ? 32 : (text == "64" ? 64 : 0);
-  }();
-  return forced;
-}
-
-// The decode tile for (format, d_qk, h_q) on a device with `limits`: the head rows follow h_q
-// (decode_rows_for); of the two key counts per block, 16 rows prefer the compact 32-key tile
-// (2-3 CTAs per SM instead of one: the per-block gather latency of one CTA overlaps the others'
-// work), larger tiles the 64-key one, and either falls back to the other where its shared memory
-// does not fit the device. Deterministic per device, so plan and run agree. nullptr (and
-// *why_not) when neither fits.
+// The decode tile for (format, d_qk, h_q) on a device (cuda/tile_choice.h): 16 head rows prefer
+// the compact 32-key tile (2-3 CTAs per SM instead of one on sm_90: the per-block gather latency
+// of one CTA overlaps the others' work; measured on the H200: 0.68-0.84x the 64-key time),
+// larger tiles the 64-key one (the compact one measured 1.0-1.35x slower there); either falls
+// back to the other key count, then to fewer head rows, where the shared memory does not fit.
+// SMLA_DECODE_BLOCK_KEYS forces the key count (tests/cpp/CMakeLists.txt runs both).
 const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q,
                                 const DeviceLimits& limits, std::string* why_not) {
-  const int rows = pd::decode_rows_for(h_q);
-  const int forced = forced_decode_block_keys();
-  int order[2] = {64, 32};
-  if (forced != 0) {
-    order[0] = forced;
-    order[1] = forced == 64 ? 32 : 64;
-  } else if (rows == 16) {
-    order[0] = 32;
-    order[1] = 64;
-  }
-  const DecodeEntry* smallest = nullptr;
-  for (const int keys : order) {
+  auto find = [&](int rows, int keys) -> const DecodeEntry* {
     for (const DecodeEntry& e : kDecodeEntries) {
-      if (e.format != format || e.d_qk != d_qk || e.rows != rows || e.block_keys != keys) continue;
-      if (e.smem() <= limits.smem_optin) return &e;
-      if (smallest == nullptr || e.smem() < smallest->smem()) smallest = &e;
+      if (e.format == format && e.d_qk == d_qk && e.rows == rows && e.block_keys == keys) {
+        return &e;
+      }
     }
+    return nullptr;
+  };
+  const cuda::TileSmemFn smem = [&](int rows, int keys) {
+    const DecodeEntry* e = find(rows, keys);
+    return e != nullptr ? e->smem() : 0;
+  };
+  const int rows = pd::decode_rows_for(h_q);
+  const cuda::TileChoice tile =
+      cuda::choose_tile(rows, rows == 16 ? 32 : 64, cuda::forced_block_keys("SMLA_DECODE_BLOCK_KEYS"),
+                        limits.smem_optin, smem);
+  if (tile.rows == 0) {
+    *why_not = cuda::tile_does_not_fit(rows, limits.smem_optin, smem);
+    return nullptr;
   }
-  *why_not = smallest == nullptr
-                 ? "no instantiation for d_qk " + std::to_string(d_qk)
-                 : "needs " + std::to_string(smallest->smem()) +
-                       " bytes of shared memory per block; the device allows " +
-                       std::to_string(limits.smem_optin);
-  return nullptr;
+  return find(tile.rows, tile.block_keys);
 }
 
 template <KvCacheFormat kFormat>

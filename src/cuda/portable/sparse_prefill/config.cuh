@@ -17,8 +17,11 @@ namespace sparse_mla::cuda::portable_prefill {
 template <int kRows>
 inline constexpr int kPrefillWarps = kRows == 16 ? 4 : 8;
 
-template <int kDqk, int kRows>
-using PrefillShape = TileShape<kDqk, kRows, kPrefillWarps<kRows>>;
+// kBlockKeys 64: the standard tiles (16 / 32 rows here, 64 rows = WideShape below). 32: the
+// compact tiles (16, 32 and 64 rows on the shared core, half the KV double buffer) for devices
+// whose shared memory does not hold the standard ones (sm_80: 163 KiB, sm_86/89: 99 KiB).
+template <int kDqk, int kRows, int kBlockKeys = 64>
+using PrefillShape = TileShape<kDqk, kRows, kPrefillWarps<kRows>, kBlockKeys>;
 
 // Shared memory, in bytes (576 dims, 32 rows): 36,864 Q + 2 x 73,728 KV + 4,096 P + 1,024 row
 // statistics + 512 row addresses + 128 validity flags, rounded up to 1 KiB = 190,464.
@@ -26,12 +29,12 @@ using PrefillShape = TileShape<kDqk, kRows, kPrefillWarps<kRows>>;
 template <class Shape>
 struct PrefillSmem {
   alignas(1024) uint8_t q[Shape::kQBytes];           // [kRows, d_qk] bf16, swizzled
-  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // [2][64, d_qk] bf16, swizzled
+  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // [2][keys, d_qk] bf16, swizzled
   alignas(1024) uint8_t p[Shape::kPBytes];           // [kRows, 64] bf16, swizzled
   float red_max[Shape::kKeyGroups * Shape::kRows];   // [4, kRows] partial row maxima
   float red_sum[Shape::kKeyGroups * Shape::kRows];   // [4, kRows] partial row sums
   const uint8_t* row_ptr[Shape::kBlockKeys];         // next block's clamped row addresses
-  uint8_t valid[2][Shape::kBlockKeys];               // [2][64] slot validity per buffer
+  uint8_t valid[2][Shape::kBlockKeys];               // [2][keys] slot validity per buffer
 };
 
 // The 64-row CTA (h_q > 32) uses its own tiling (wide_tile.cuh), built to cut shared-memory
@@ -66,7 +69,7 @@ struct WideShape {
 template <class Shape>
 struct WideSmem {
   alignas(1024) uint8_t q[Shape::kQBytes];           // [64, d_qk] bf16, swizzled
-  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // [2][64, d_qk] bf16, swizzled
+  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // [2][keys, d_qk] bf16, swizzled
   alignas(1024) uint8_t p[Shape::kPBytes];           // [64, 64] bf16 P, swizzled
   float red[2][Shape::kRows];           // per key half: partial row max, at the end partial row sum
   float alpha[Shape::kRows];            // this block's O rescale per row

@@ -1,6 +1,6 @@
 // Portable (sm_80+) sparse prefill kernel (SPEC §2): mma.sync bf16 tensor cores, cp.async row
 // gathers. Grid: one CTA per (query token, head group), blockIdx.x = token * head_groups + group
-// (1-D, so s_q up to 2^31 / head_groups). Roles per 64-slot block i:
+// (1-D, so s_q up to 2^31 / head_groups). Roles per block i of kBlockKeys (64 or 32) slots:
 //   load       stage block i+1's clamped row addresses and validity, then cp.async its rows into
 //              the other KV buffer (invalid rows zero-filled, never read);
 //   score/softmax/accumulate  tile_attention.cuh on buffer i;
@@ -152,16 +152,20 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   store_outputs<Shape>(p, token, head0, w, acc, l_total);
 }
 
-template <int kDqk, int kRows>
+// 64 rows x 64 keys: the split-d_qk tiling (wide_kernel.cuh); every other tile: the shared core.
+template <int kDqk, int kRows, int kBlockKeys>
+inline constexpr bool kWideTile = kRows == 64 && kBlockKeys == 64;
+
+template <int kDqk, int kRows, int kBlockKeys>
 int prefill_smem_bytes() {
-  if constexpr (kRows == 64) {
+  if constexpr (kWideTile<kDqk, kRows, kBlockKeys>) {
     return static_cast<int>(sizeof(WideSmem<WideShape<kDqk>>));
   } else {
-    return static_cast<int>(sizeof(PrefillSmem<PrefillShape<kDqk, kRows>>));
+    return static_cast<int>(sizeof(PrefillSmem<PrefillShape<kDqk, kRows, kBlockKeys>>));
   }
 }
 
-template <int kDqk, int kRows>
+template <int kDqk, int kRows, int kBlockKeys>
 Status launch_portable_sparse_prefill(const detail::PrefillParams& p, cudaStream_t stream) {
   const int head_groups = static_cast<int>((p.problem.h_q + kRows - 1) / kRows);
   const int64_t grid = p.problem.s_q * head_groups;
@@ -170,11 +174,11 @@ Status launch_portable_sparse_prefill(const detail::PrefillParams& p, cudaStream
     return unsupported("portable sparse prefill: s_q * head groups = " + std::to_string(grid) +
                        " exceeds the grid limit 2^31 - 1");
   }
-  const int smem = prefill_smem_bytes<kDqk, kRows>();
-  // 64 rows: the split-d_qk tiling (wide_kernel.cuh); 16 and 32 rows: the shared MMA core.
-  using Shape = std::conditional_t<kRows == 64, WideShape<kDqk>, PrefillShape<kDqk, kRows>>;
+  const int smem = prefill_smem_bytes<kDqk, kRows, kBlockKeys>();
+  constexpr bool kWide = kWideTile<kDqk, kRows, kBlockKeys>;
+  using Shape = std::conditional_t<kWide, WideShape<kDqk>, PrefillShape<kDqk, kRows, kBlockKeys>>;
   void (*kernel)(const detail::PrefillParams, int);
-  if constexpr (kRows == 64) {
+  if constexpr (kWide) {
     kernel = portable_sparse_prefill_wide_kernel<Shape>;
   } else {
     kernel = portable_sparse_prefill_kernel<Shape>;

@@ -1,0 +1,48 @@
+#include "cuda/tile_choice.h"
+
+#include <cstdlib>
+#include <map>
+#include <mutex>
+
+namespace sparse_mla::cuda {
+
+TileChoice choose_tile(int natural_rows, int preferred_keys, int forced_keys, int smem_optin,
+                       const TileSmemFn& smem) {
+  const int first = forced_keys != 0 ? forced_keys : preferred_keys;
+  const int second = first == 64 ? 32 : 64;
+  for (int rows = natural_rows; rows >= 16; rows /= 2) {
+    for (const int keys : {first, second}) {
+      const int bytes = smem(rows, keys);
+      if (bytes > 0 && bytes <= smem_optin) return {rows, keys, bytes};
+    }
+  }
+  return {};
+}
+
+int forced_block_keys(const char* name) {
+  static std::mutex mutex;
+  static std::map<std::string, int> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    const char* value = std::getenv(name);
+    const std::string text = value != nullptr ? value : "";
+    it = cache.emplace(name, text == "32" ? 32 : (text == "64" ? 64 : 0)).first;
+  }
+  return it->second;
+}
+
+std::string tile_does_not_fit(int natural_rows, int smem_optin, const TileSmemFn& smem) {
+  int smallest = 0;
+  for (int rows = natural_rows; rows >= 16; rows /= 2) {
+    for (const int keys : {64, 32}) {
+      const int bytes = smem(rows, keys);
+      if (bytes > 0 && (smallest == 0 || bytes < smallest)) smallest = bytes;
+    }
+  }
+  if (smallest == 0) return "no instantiation for this shape";
+  return "needs " + std::to_string(smallest) + " bytes of shared memory per block; the device allows " +
+         std::to_string(smem_optin);
+}
+
+}  // namespace sparse_mla::cuda

@@ -1,0 +1,122 @@
+// The portable kernels' tile choice (cuda/tile_choice.h) for each class of device, with the real
+// shared-memory sizes of the instantiations. Needs the CUDA back end compiled, not a device:
+// it shows which tile an A100 (163 KiB per block), an L40 / RTX 4090 / A10 (99 KiB) and an H200
+// (227 KiB) run, and that every shape has one on all of them.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "cuda/portable/sparse_decode/launch.h"
+#include "cuda/portable/sparse_prefill/launch.h"
+#include "cuda/tile_choice.h"
+
+namespace sparse_mla::cuda {
+namespace {
+
+constexpr int kSm90 = 232448;  // cudaDevAttrMaxSharedMemoryPerBlockOptin of the H100 / H200
+constexpr int kSm80 = 166912;  // A100
+constexpr int kSm89 = 101376;  // L40, RTX 4090 (sm_89), A10 / RTX 3090 (sm_86)
+
+template <KvCacheFormat kFormat, int kDqk>
+TileSmemFn decode_smem() {
+  return [](int rows, int keys) {
+    namespace pd = portable_decode;
+#define SMLA_CASE(R, K) \
+  if (rows == R && keys == K) return pd::decode_smem_bytes<kFormat, kDqk, R, K>();
+    SMLA_CASE(16, 64) SMLA_CASE(16, 32) SMLA_CASE(32, 64) SMLA_CASE(32, 32) SMLA_CASE(64, 64)
+    SMLA_CASE(64, 32)
+#undef SMLA_CASE
+    return 0;
+  };
+}
+
+template <int kDqk>
+TileSmemFn prefill_smem() {
+  return [](int rows, int keys) {
+    namespace pp = portable_prefill;
+#define SMLA_CASE(R, K) \
+  if (rows == R && keys == K) return pp::prefill_smem_bytes<kDqk, R, K>();
+    SMLA_CASE(16, 64) SMLA_CASE(16, 32) SMLA_CASE(32, 64) SMLA_CASE(32, 32) SMLA_CASE(64, 64)
+    SMLA_CASE(64, 32)
+#undef SMLA_CASE
+    return 0;
+  };
+}
+
+void expect_tile(const TileChoice& got, int rows, int keys, int smem_optin) {
+  EXPECT_EQ(got.rows, rows);
+  EXPECT_EQ(got.block_keys, keys);
+  EXPECT_GT(got.smem_bytes, 0);
+  EXPECT_LE(got.smem_bytes, smem_optin);
+}
+
+TEST(TileChoice, H200RunsTheNaturalTiles) {
+  const auto v32 = decode_smem<KvCacheFormat::kV32Fp8, 576>();
+  expect_tile(choose_tile(16, 32, 0, kSm90, v32), 16, 32, kSm90);
+  expect_tile(choose_tile(32, 64, 0, kSm90, v32), 32, 64, kSm90);
+  expect_tile(choose_tile(64, 64, 0, kSm90, v32), 64, 64, kSm90);
+  const auto bf16 = decode_smem<KvCacheFormat::kBf16, 576>();
+  expect_tile(choose_tile(64, 64, 0, kSm90, bf16), 64, 64, kSm90);
+  expect_tile(choose_tile(64, 64, 0, kSm90, prefill_smem<576>()), 64, 64, kSm90);
+  expect_tile(choose_tile(16, 64, 0, kSm90, prefill_smem<512>()), 16, 64, kSm90);
+}
+
+TEST(TileChoice, ForcedKeysWinWhereTheyFit) {
+  const auto v4 = decode_smem<KvCacheFormat::kV4Fp8, 512>();
+  expect_tile(choose_tile(64, 64, 32, kSm90, v4), 64, 32, kSm90);
+  expect_tile(choose_tile(16, 32, 64, kSm90, v4), 16, 64, kSm90);
+  expect_tile(choose_tile(64, 64, 32, kSm90, prefill_smem<576>()), 64, 32, kSm90);
+  // Forced 64 keys where they do not fit: the other count, not a failure.
+  expect_tile(choose_tile(64, 64, 64, kSm80, prefill_smem<576>()), 64, 32, kSm80);
+}
+
+TEST(TileChoice, A100RunsCompactTilesWhereTheStandardOnesDoNotFit) {
+  expect_tile(choose_tile(64, 64, 0, kSm80, prefill_smem<576>()), 64, 32, kSm80);
+  expect_tile(choose_tile(32, 64, 0, kSm80, prefill_smem<576>()), 32, 32, kSm80);
+  expect_tile(choose_tile(64, 64, 0, kSm80, decode_smem<KvCacheFormat::kV32Fp8, 576>()), 64, 32,
+              kSm80);
+  expect_tile(choose_tile(32, 64, 0, kSm80, decode_smem<KvCacheFormat::kV32Fp8, 576>()), 32, 64,
+              kSm80);
+}
+
+TEST(TileChoice, Sm89FallsBackToFewerHeadRows) {
+  // 99 KiB: no 64-row tile fits; 128 heads run as 16- or 32-row head groups.
+  expect_tile(choose_tile(64, 64, 0, kSm89, decode_smem<KvCacheFormat::kV32Fp8, 576>()), 32, 32,
+              kSm89);
+  expect_tile(choose_tile(64, 64, 0, kSm89, decode_smem<KvCacheFormat::kBf16, 576>()), 16, 32,
+              kSm89);
+  expect_tile(choose_tile(64, 64, 0, kSm89, prefill_smem<576>()), 16, 32, kSm89);
+  expect_tile(choose_tile(32, 64, 0, kSm89, prefill_smem<512>()), 16, 32, kSm89);
+}
+
+// Every kernel shape has a tile on every supported device class.
+TEST(TileChoice, EveryShapeRunsOnEveryDeviceClass) {
+  const TileSmemFn shapes[] = {
+      decode_smem<KvCacheFormat::kV32Fp8, 576>(), decode_smem<KvCacheFormat::kV4Fp8, 512>(),
+      decode_smem<KvCacheFormat::kBf16, 576>(),   decode_smem<KvCacheFormat::kBf16, 512>(),
+      prefill_smem<576>(),                        prefill_smem<512>(),
+  };
+  for (const int smem_optin : {kSm89, kSm80, kSm90}) {
+    for (const TileSmemFn& smem : shapes) {
+      for (const int rows : {16, 32, 64}) {
+        for (const int keys : {64, 32}) {
+          const TileChoice t = choose_tile(rows, keys, 0, smem_optin, smem);
+          EXPECT_GT(t.rows, 0) << "rows " << rows << " on a device with " << smem_optin;
+          EXPECT_LE(t.rows, rows);
+          EXPECT_LE(t.smem_bytes, smem_optin);
+        }
+      }
+    }
+  }
+}
+
+TEST(TileChoice, NothingFitsNamesTheNeed) {
+  const auto v32 = decode_smem<KvCacheFormat::kV32Fp8, 576>();
+  EXPECT_EQ(choose_tile(64, 64, 0, 48 * 1024, v32).rows, 0);
+  const std::string why = tile_does_not_fit(64, 48 * 1024, v32);
+  EXPECT_NE(why.find("needs " + std::to_string(v32(16, 32)) + " bytes"), std::string::npos) << why;
+  EXPECT_NE(why.find("allows 49152"), std::string::npos) << why;
+}
+
+}  // namespace
+}  // namespace sparse_mla::cuda
