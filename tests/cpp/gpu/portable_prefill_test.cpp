@@ -4,6 +4,7 @@
 // (finite, -inf, +inf), padded input and output strides, and s_q = 70000 (1-D grid).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -133,6 +134,41 @@ TEST_P(PortablePrefill, SeventyThousandQueries) {
   r.topk = 8;
   r.seed = 70000;
   check_case(r);
+}
+
+// No KV rows at all (s_kv = 0, kv.data null): every slot is invalid, nothing may be read or
+// named by a copy; each head gets out 0, lse +inf and max_logits -inf.
+TEST_P(PortablePrefill, EmptyKvTensor) {
+  SMLA_SKIP_WITHOUT_GPU();
+  const int64_t s_q = 3, h_q = 16, d_qk = GetParam(), topk = 70;
+  std::vector<uint16_t> q_host(s_q * h_q * d_qk, 0x3f80);  // bf16 1.0
+  std::vector<int32_t> indices_host(s_q * topk);
+  for (size_t i = 0; i < indices_host.size(); ++i) indices_host[i] = static_cast<int32_t>(i % 3) - 1;
+  Buffer q, indices, out, max_logits, lse;
+  SMLA_ASSERT_OK(test_support::to_device(q_host, &q));
+  SMLA_ASSERT_OK(test_support::to_device(indices_host, &indices));
+  SMLA_ASSERT_OK(test_support::to_device(std::vector<uint16_t>(s_q * h_q * 512, 0x7fc0), &out));
+  SMLA_ASSERT_OK(test_support::to_device(std::vector<float>(s_q * h_q, 1.0f), &max_logits));
+  SMLA_ASSERT_OK(test_support::to_device(std::vector<float>(s_q * h_q, 1.0f), &lse));
+  SparsePrefillArgs args;
+  args.q = TensorView::contiguous(q.data(), DType::kBFloat16, {s_q, h_q, d_qk}, kGpu);
+  args.kv = TensorView::contiguous(nullptr, DType::kBFloat16, {0, 1, d_qk}, kGpu);
+  args.indices = TensorView::contiguous(indices.data(), DType::kInt32, {s_q, 1, topk}, kGpu);
+  args.sm_scale = 0.1f;
+  args.out = TensorView::contiguous(out.data(), DType::kBFloat16, {s_q, h_q, 512}, kGpu);
+  args.max_logits = TensorView::contiguous(max_logits.data(), DType::kFloat32, {s_q, h_q}, kGpu);
+  args.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {s_q, h_q}, kGpu);
+  RunOptions options;
+  options.backend = Backend::kCuda;
+  SMLA_ASSERT_OK(sparse_prefill(args, options));
+  std::vector<uint16_t> out_host;
+  std::vector<float> max_host, lse_host;
+  SMLA_ASSERT_OK(test_support::to_host(out.data(), s_q * h_q * 512, &out_host));
+  SMLA_ASSERT_OK(test_support::to_host(max_logits.data(), s_q * h_q, &max_host));
+  SMLA_ASSERT_OK(test_support::to_host(lse.data(), s_q * h_q, &lse_host));
+  for (uint16_t v : out_host) ASSERT_EQ(v, 0u);
+  for (float v : max_host) ASSERT_TRUE(std::isinf(v) && v < 0) << v;
+  for (float v : lse_host) ASSERT_TRUE(std::isinf(v) && v > 0) << v;
 }
 
 INSTANTIATE_TEST_SUITE_P(DQk, PortablePrefill, ::testing::Values(576, 512),

@@ -19,6 +19,7 @@
 #include "cuda/device/ptx/cp_async.cuh"
 #include "cuda/portable/common/tile_attention.cuh"
 #include "cuda/portable/sparse_prefill/config.cuh"
+#include "cuda/portable/sparse_prefill/token_slots.cuh"
 #include "cuda/portable/sparse_prefill/launch.h"
 #include "cuda/portable/sparse_prefill/wide_kernel.cuh"
 #include "cuda/runtime/cuda_check.h"
@@ -111,13 +112,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int64_t token = blockIdx.x / head_groups;
   const int head0 = static_cast<int>(blockIdx.x % head_groups) * Shape::kRows;
 
-  int64_t n_valid = p.problem.topk;
-  if (p.topk_length != nullptr) {
-    const int64_t n = p.topk_length[token * p.topk_length_stride];
-    n_valid = n < 0 ? 0 : (n < n_valid ? n : n_valid);
-  }
-  const int num_blocks = static_cast<int>((n_valid + Shape::kBlockKeys - 1) / Shape::kBlockKeys);
-  const int32_t* token_indices = p.indices + token * p.indices_stride_s;
+  const TokenSlots slots = token_slots<Shape::kBlockKeys>(p, token);
+  const int64_t n_valid = slots.n_valid;
+  const int num_blocks = slots.num_blocks;
+  const int32_t* token_indices = slots.indices;
 
   const WarpPlace w = warp_place<Shape>(thread);
   WarpAccum<Shape> acc;
