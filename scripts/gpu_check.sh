@@ -10,7 +10,8 @@
 #                                        them and without network (the device image): carry it
 # Files written (7, flat): machine.txt build.log gpu_tests.log sanitizer.log bench.log bench.json
 # summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"), SMLA_SANITIZER_FILTER (gtest
-# filter), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s).
+# filter), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
+# SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json).
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -62,10 +63,11 @@ finish() {
 {
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu \
     --format=csv,noheader 2>&1
-  if commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null); then
+  # SMLA_COMMIT wins: the device tool's copy of the tree may carry stale git metadata.
+  if [[ -n ${SMLA_COMMIT:-} ]]; then
+    echo "commit $SMLA_COMMIT (from SMLA_COMMIT)"
+  elif commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null); then
     echo "commit $commit$(git -C "$ROOT" diff --quiet 2>/dev/null || echo ' (dirty)')"
-  elif [[ -n ${SMLA_COMMIT:-} ]]; then
-    echo "commit $SMLA_COMMIT (from SMLA_COMMIT; no git metadata on this machine)"
   else
     echo "commit unknown (no git metadata on this machine)"
   fi

@@ -69,12 +69,17 @@ MachineInfo describe_machine() {
 SourceInfo describe_source() {
   SourceInfo s;
   s.library_version = version_string();
+  // A copy of the tree (the GPU machine's) is told its commit by SMLA_COMMIT, which wins over
+  // git: such a copy may carry git metadata of an older commit, and would then call itself that
+  // commit, dirty (measured: a device copy of 8a2d055 reported d4b05b6).
+  if (const char* given = std::getenv("SMLA_COMMIT"); given != nullptr && *given != '\0') {
+    s.commit = given;
+    return s;
+  }
   const std::string git = "git -C '" SMLA_SOURCE_DIR "' ";
   bool ok = false;
   std::string commit = trim(command_output(git + "rev-parse HEAD 2>/dev/null", &ok));
-  // A copy of the tree without git metadata (the GPU machine) is told its commit by SMLA_COMMIT.
-  const char* given = std::getenv("SMLA_COMMIT");
-  s.commit = ok && !commit.empty() ? commit : (given != nullptr ? given : "unknown");
+  s.commit = ok && !commit.empty() ? commit : "unknown";
   if (ok) {
     std::string status =
         command_output(git + "status --porcelain --untracked-files=no 2>/dev/null", &ok);
