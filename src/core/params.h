@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "core/host_device.h"
 #include "sparse_mla/kv_cache_format.h"
 #include "sparse_mla/sparse_decode.h"
 #include "sparse_mla/sparse_prefill.h"
@@ -73,15 +74,18 @@ struct DecodeParams {
   int64_t lse_stride_b = 0, lse_stride_s = 0, lse_stride_h = 0;
 };
 
-// Prefill: the attended prefix of query token i's list, topk_length clamped to [0, topk].
-inline int64_t effective_topk(const PrefillParams& p, int64_t i) {
+// The list-length rule of SPEC (topk_length clamped to [0, topk]), in one place for the host
+// back ends and the CUDA kernels (prefill kernels, decode split kernel, decode planner).
+// Prefill: the attended prefix of query token i's list.
+inline SMLA_HOST_DEVICE int64_t effective_topk(const PrefillParams& p, int64_t i) {
   if (p.topk_length == nullptr) return p.problem.topk;
   const int64_t n = p.topk_length[i * p.topk_length_stride];
   return n < 0 ? 0 : (n > p.problem.topk ? p.problem.topk : n);
 }
 
 // Number of valid slots of list position k for query (b, s): applies topk_length only.
-inline int64_t effective_topk(const IndexListParams& list, int64_t b, int64_t s) {
+inline SMLA_HOST_DEVICE int64_t effective_topk(const IndexListParams& list, int64_t b,
+                                               int64_t s) {
   if (list.topk_length == nullptr) return list.topk;
   int64_t n = list.topk_length[b * list.topk_length_stride_b + s * list.topk_length_stride_s];
   return n < 0 ? 0 : (n > list.topk ? list.topk : n);

@@ -2,6 +2,8 @@
 // the first problem found, phrased as "<op>: <argument> <what is wrong> (<value>)".
 #include "core/validate.h"
 
+#include "core/kv_cache_layout.h"
+
 #include <cmath>
 #include <cstdint>
 #include <sstream>
@@ -162,39 +164,8 @@ Status check_attn_sink(const Checker& c, const std::optional<TensorView>& sink, 
 Status validate_kv_cache_view(const char* op, const char* what, const KvCacheView& cache) {
   Checker c(op);
   std::string w(what);
-  const KvCacheFormatInfo& info = kv_cache_format_info(cache.format);
-  if (info.format != cache.format) {  // the table's "unknown" row
-    return c.fail(w + ".format = " + std::to_string(static_cast<int>(cache.format)) +
-                  " is not a KV-cache format of this build");
-  }
-  if (cache.num_blocks < 1) {
-    return c.fail(w + ".num_blocks = " + std::to_string(cache.num_blocks) + " must be >= 1");
-  }
-  if (cache.page_block_size < 1) {
-    return c.fail(w + ".page_block_size = " + std::to_string(cache.page_block_size) +
-                  " must be >= 1");
-  }
+  if (std::string e = kv_cache_layout_error(cache, w, 1); !e.empty()) return c.fail(e);
   if (cache.data == nullptr) return c.fail(w + ".data is null");
-  if (info.d_qk != 0 && cache.d_qk != info.d_qk) {
-    return c.fail(w + ".d_qk = " + std::to_string(cache.d_qk) + " does not match format " +
-                  std::string(info.name) + " (d_qk " + std::to_string(info.d_qk) + ")");
-  }
-  if (info.d_qk == 0 && cache.d_qk != 512 && cache.d_qk != 576) {
-    return c.fail(w + ".d_qk = " + std::to_string(cache.d_qk) + " must be 512 or 576 for " +
-                  std::string(info.name));
-  }
-  int64_t min_stride = kv_cache_min_block_stride(cache.format, cache.page_block_size, cache.d_qk);
-  if (cache.block_stride_bytes < min_stride) {
-    return c.fail(w + ".block_stride_bytes = " + std::to_string(cache.block_stride_bytes) +
-                  " is smaller than the minimum " + std::to_string(min_stride) + " for " +
-                  std::string(info.name) + " with page_block_size " +
-                  std::to_string(cache.page_block_size));
-  }
-  if (cache.block_stride_bytes % info.block_alignment != 0) {
-    return c.fail(w + ".block_stride_bytes = " + std::to_string(cache.block_stride_bytes) +
-                  " is not a multiple of " + std::to_string(info.block_alignment) + " as " +
-                  std::string(info.name) + " requires");
-  }
   // Token rows are read with 16-byte loads on CUDA, and scale words with 4-byte loads.
   if (reinterpret_cast<uintptr_t>(cache.data) % 16 != 0) {
     return c.fail(w + ".data = " + Checker::pointer_text(cache.data) +

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/kv_cache_layout.h"
 #include "cpu/fp8.h"
 
 namespace sparse_mla {
@@ -17,11 +18,8 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-bool is_known_format(KvCacheFormat format) {
-  return parse_kv_cache_format(kv_cache_format_name(format)).has_value();
-}
-
-// Checks a host cache view: known format, d_qk of the format, sizes, block stride.
+// Checks a host cache view: in host memory, then the layout rules shared with sparse_decode
+// (core/kv_cache_layout.h; an empty cache, num_blocks 0, is allowed here).
 Status validate_cache(const char* fn, const KvCacheView& cache) {
   const std::string prefix = std::string(fn) + ": cache.";
   if (cache.data == nullptr) return invalid_argument(prefix + "data is null");
@@ -29,42 +27,9 @@ Status validate_cache(const char* fn, const KvCacheView& cache) {
     return invalid_argument(prefix + "device = " + to_string(cache.device) +
                             "; the host codec needs a cpu cache");
   }
-  if (!is_known_format(cache.format)) {
-    return invalid_argument(prefix + "format = " + str(static_cast<int>(cache.format)) +
-                            " is not a known KV-cache format");
-  }
-  const KvCacheFormatInfo& info = kv_cache_format_info(cache.format);
-  const bool d_qk_ok =
-      info.d_qk != 0 ? cache.d_qk == info.d_qk : (cache.d_qk == 512 || cache.d_qk == 576);
-  if (!d_qk_ok) {
-    return invalid_argument(prefix + "d_qk = " + str(cache.d_qk) + " does not fit format " +
-                            std::string(info.name) + " (needs " +
-                            (info.d_qk != 0 ? str(info.d_qk) : std::string("512 or 576")) + ")");
-  }
-  if (cache.num_blocks < 0) {
-    return invalid_argument(prefix + "num_blocks = " + str(cache.num_blocks) + " is negative");
-  }
-  if (cache.page_block_size < 1) {
-    return invalid_argument(prefix + "page_block_size = " + str(cache.page_block_size) +
-                            " must be >= 1");
-  }
-  const int64_t min_stride =
-      kv_cache_min_block_stride(cache.format, cache.page_block_size, cache.d_qk);
-  if (cache.block_stride_bytes < min_stride) {
-    return invalid_argument(prefix + "block_stride_bytes = " + str(cache.block_stride_bytes) +
-                            " is smaller than the minimum " + str(min_stride) + " for " +
-                            std::string(info.name) + " with page_block_size " +
-                            str(cache.page_block_size));
-  }
-  if (cache.block_stride_bytes % info.block_alignment != 0) {
-    return invalid_argument(prefix + "block_stride_bytes = " + str(cache.block_stride_bytes) +
-                            " is not a multiple of " + str(info.block_alignment) +
-                            " (required by " + std::string(info.name) + ")");
-  }
-  if (cache.num_blocks > 0 &&
-      cache.block_stride_bytes > std::numeric_limits<int64_t>::max() / cache.num_blocks) {
-    return invalid_argument(prefix + "num_blocks * block_stride_bytes = " + str(cache.num_blocks) +
-                            " * " + str(cache.block_stride_bytes) + " overflows int64");
+  if (std::string e = detail::kv_cache_layout_error(cache, std::string(fn) + ": cache", 0);
+      !e.empty()) {
+    return invalid_argument(e);
   }
   return {};
 }

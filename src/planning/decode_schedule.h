@@ -17,11 +17,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define SMLA_HOST_DEVICE __host__ __device__
-#else
-#define SMLA_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace sparse_mla::planning {
 

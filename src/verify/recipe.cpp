@@ -10,6 +10,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 namespace sparse_mla::verify {
@@ -663,6 +664,29 @@ Status upload_view(const std::vector<T>& v, const TensorView& host, Device devic
   return {};
 }
 
+// An optional input: absent stays absent, present is uploaded as upload_view does.
+template <typename T>
+Status upload_optional(const std::vector<T>& v, const std::optional<TensorView>& host,
+                       Device device, std::vector<Buffer>* buffers,
+                       std::optional<TensorView>* out) {
+  if (!host) {
+    out->reset();
+    return {};
+  }
+  return upload_view(v, *host, device, buffers, &out->emplace());
+}
+
+// The same cache view over a device copy of its bytes.
+Status upload_cache(const std::vector<uint8_t>& bytes, const KvCacheView& host, Device device,
+                    std::vector<Buffer>* buffers, KvCacheView* out) {
+  void* ptr = nullptr;
+  SMLA_RETURN_IF_ERROR(upload_vector(bytes, device, buffers, &ptr));
+  *out = host;
+  out->data = ptr;
+  out->device = device;
+  return {};
+}
+
 }  // namespace
 
 Status upload(const PrefillCase& c, Device device, DevicePrefillInputs* out) {
@@ -674,17 +698,10 @@ Status upload(const PrefillCase& c, Device device, DevicePrefillInputs* out) {
   SMLA_RETURN_IF_ERROR(upload_view(c.q, c.q_view, device, &out->buffers, &a.q));
   SMLA_RETURN_IF_ERROR(upload_view(c.kv, c.kv_view, device, &out->buffers, &a.kv));
   SMLA_RETURN_IF_ERROR(upload_view(c.indices, c.indices_view, device, &out->buffers, &a.indices));
-  if (c.attn_sink_view) {
-    a.attn_sink.emplace();
-    SMLA_RETURN_IF_ERROR(
-        upload_view(c.attn_sink, *c.attn_sink_view, device, &out->buffers, &*a.attn_sink));
-  }
-  if (c.topk_length_view) {
-    a.topk_length.emplace();
-    SMLA_RETURN_IF_ERROR(
-        upload_view(c.topk_length, *c.topk_length_view, device, &out->buffers, &*a.topk_length));
-  }
-  return {};
+  SMLA_RETURN_IF_ERROR(
+      upload_optional(c.attn_sink, c.attn_sink_view, device, &out->buffers, &a.attn_sink));
+  return upload_optional(c.topk_length, c.topk_length_view, device, &out->buffers,
+                         &a.topk_length);
 }
 
 Status upload(const DecodeCase& c, Device device, DeviceDecodeInputs* out) {
@@ -695,35 +712,18 @@ Status upload(const DecodeCase& c, Device device, DeviceDecodeInputs* out) {
   a.d_v = 512;
   SMLA_RETURN_IF_ERROR(upload_view(c.q, c.q_view, device, &out->buffers, &a.q));
   SMLA_RETURN_IF_ERROR(upload_view(c.indices, c.indices_view, device, &out->buffers, &a.indices));
-  void* cache = nullptr;
-  SMLA_RETURN_IF_ERROR(upload_vector(c.cache, device, &out->buffers, &cache));
-  a.kv_cache = c.cache_view;
-  a.kv_cache.data = cache;
-  a.kv_cache.device = device;
-  if (c.topk_length_view) {
-    a.topk_length.emplace();
-    SMLA_RETURN_IF_ERROR(
-        upload_view(c.topk_length, *c.topk_length_view, device, &out->buffers, &*a.topk_length));
-  }
-  if (c.attn_sink_view) {
-    a.attn_sink.emplace();
-    SMLA_RETURN_IF_ERROR(
-        upload_view(c.attn_sink, *c.attn_sink_view, device, &out->buffers, &*a.attn_sink));
-  }
+  SMLA_RETURN_IF_ERROR(upload_cache(c.cache, c.cache_view, device, &out->buffers, &a.kv_cache));
+  SMLA_RETURN_IF_ERROR(
+      upload_optional(c.topk_length, c.topk_length_view, device, &out->buffers, &a.topk_length));
+  SMLA_RETURN_IF_ERROR(
+      upload_optional(c.attn_sink, c.attn_sink_view, device, &out->buffers, &a.attn_sink));
   if (c.extra_cache_view) {
-    void* extra = nullptr;
-    SMLA_RETURN_IF_ERROR(upload_vector(c.extra_cache, device, &out->buffers, &extra));
-    a.extra_kv_cache = *c.extra_cache_view;
-    a.extra_kv_cache->data = extra;
-    a.extra_kv_cache->device = device;
-    a.extra_indices.emplace();
-    SMLA_RETURN_IF_ERROR(upload_view(c.extra_indices, *c.extra_indices_view, device, &out->buffers,
-                                     &*a.extra_indices));
-    if (c.extra_topk_length_view) {
-      a.extra_topk_length.emplace();
-      SMLA_RETURN_IF_ERROR(upload_view(c.extra_topk_length, *c.extra_topk_length_view, device,
-                                       &out->buffers, &*a.extra_topk_length));
-    }
+    SMLA_RETURN_IF_ERROR(upload_cache(c.extra_cache, *c.extra_cache_view, device, &out->buffers,
+                                      &a.extra_kv_cache.emplace()));
+    SMLA_RETURN_IF_ERROR(upload_optional(c.extra_indices, c.extra_indices_view, device,
+                                         &out->buffers, &a.extra_indices));
+    SMLA_RETURN_IF_ERROR(upload_optional(c.extra_topk_length, c.extra_topk_length_view, device,
+                                         &out->buffers, &a.extra_topk_length));
   }
   return {};
 }

@@ -33,19 +33,11 @@ struct PlannerArgs {
   int32_t* split_offsets;     // [num_queries + 1]
 };
 
-// The valid length of one list for query (b_idx, s_idx), clamped to [0, topk].
-__device__ int64_t clamped_length(const detail::IndexListParams& list, int64_t b_idx,
-                                  int64_t s_idx) {
-  if (list.topk_length == nullptr) return list.topk;
-  int64_t n =
-      list.topk_length[b_idx * list.topk_length_stride_b + s_idx * list.topk_length_stride_s];
-  return n < 0 ? 0 : (n > list.topk ? list.topk : n);
-}
-
 __device__ int32_t blocks_of(const PlannerArgs& a, int32_t query) {
   int64_t b_idx = query / a.s_q, s_idx = query % a.s_q;
-  int64_t n_extra = a.extra_list.topk > 0 ? clamped_length(a.extra_list, b_idx, s_idx) : 0;
-  return planning::query_blocks(clamped_length(a.list, b_idx, s_idx), n_extra, a.block_tokens);
+  int64_t n_extra = a.extra_list.topk > 0 ? detail::effective_topk(a.extra_list, b_idx, s_idx) : 0;
+  return planning::query_blocks(detail::effective_topk(a.list, b_idx, s_idx), n_extra,
+                                a.block_tokens);
 }
 
 // Exclusive prefix sum over the CTA; *total receives the sum of all values. `warp_sums` is

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#if defined(SMLA_WITH_CUDA)
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_prefill/launch.h"
 #include "cuda/tile_choice.h"
@@ -120,3 +121,9 @@ TEST(TileChoice, NothingFitsNamesTheNeed) {
 
 }  // namespace
 }  // namespace sparse_mla::cuda
+
+#else  // built without CUDA: no tile instantiations to choose from
+
+TEST(TileChoice, NeedsTheCudaBackEnd) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif

@@ -36,25 +36,18 @@ struct QueryLists {
   int blocks_main, blocks_total;
 };
 
-__device__ __forceinline__ int64_t clamped_length(const detail::IndexListParams& list, int64_t b,
-                                                  int64_t s) {
-  if (list.topk_length == nullptr) return list.topk;
-  const int64_t n = list.topk_length[b * list.topk_length_stride_b + s * list.topk_length_stride_s];
-  return n < 0 ? 0 : (n < list.topk ? n : list.topk);
-}
-
 template <int kBlockKeys>
 __device__ __forceinline__ QueryLists query_lists(const detail::DecodeParams& p, int64_t b,
                                                   int64_t s) {
   QueryLists q;
   q.main = p.list.indices + b * p.list.indices_stride_b + s * p.list.indices_stride_s;
-  q.n_main = clamped_length(p.list, b, s);
+  q.n_main = detail::effective_topk(p.list, b, s);
   q.extra = nullptr;
   q.n_extra = 0;
   if (p.has_extra) {
     q.extra = p.extra_list.indices + b * p.extra_list.indices_stride_b +
               s * p.extra_list.indices_stride_s;
-    q.n_extra = clamped_length(p.extra_list, b, s);
+    q.n_extra = detail::effective_topk(p.extra_list, b, s);
   }
   q.blocks_main = static_cast<int>((q.n_main + kBlockKeys - 1) / kBlockKeys);
   q.blocks_total = q.blocks_main + static_cast<int>((q.n_extra + kBlockKeys - 1) / kBlockKeys);

@@ -1,7 +1,7 @@
 // The KV slots a prefill CTA walks for its query token, shared by both prefill kernels: the valid
-// prefix of the token's index list (topk_length clamped to [0, topk], as detail::effective_topk
-// on the host), none at all when the KV tensor has no rows (then `kv` may be null and no copy,
-// not even a zero-filling one, may name it), and the blocks of kBlockKeys slots covering it.
+// prefix of the token's index list (detail::effective_topk, the host back ends' rule), none at
+// all when the KV tensor has no rows (then `kv` may be null and no copy, not even a zero-filling
+// one, may name it), and the blocks of kBlockKeys slots covering it.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +18,7 @@ struct TokenSlots {
 
 template <int kBlockKeys>
 __device__ __forceinline__ TokenSlots token_slots(const detail::PrefillParams& p, int64_t token) {
-  int64_t n_valid = p.problem.s_kv > 0 ? p.problem.topk : 0;
-  if (p.topk_length != nullptr) {
-    const int64_t n = p.topk_length[token * p.topk_length_stride];
-    n_valid = n < 0 ? 0 : (n < n_valid ? n : n_valid);
-  }
+  const int64_t n_valid = p.problem.s_kv > 0 ? detail::effective_topk(p, token) : 0;
   return {p.indices + token * p.indices_stride_s, n_valid,
           static_cast<int>((n_valid + kBlockKeys - 1) / kBlockKeys)};
 }
