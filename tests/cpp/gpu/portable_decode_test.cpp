@@ -236,6 +236,24 @@ TEST_P(PortableDecode, LongListsSplit) {
   check_case(r);
 }
 
+// A cache past 2^31 bytes (2.25 GiB of 64-token pages, whatever the format's block stride):
+// page * block_stride and slot offsets must be 64-bit in the kernels. The indices are drawn
+// over all slots, so most rows live past the 2 GiB mark. 16 heads (compact tile) and 128 heads.
+TEST_P(PortableDecode, CacheBeyondTwoGigabytes) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int64_t h_q : {16, 128}) {
+    verify::DecodeRecipe r = base();
+    r.b = 2;
+    r.s_q = 2;
+    r.h_q = h_q;
+    r.topk = 256;
+    const int d_qk = r.d_qk != 0 ? r.d_qk : kv_cache_format_info(r.format).d_qk;
+    r.num_blocks = (int64_t{9} << 28) / kv_cache_min_block_stride(r.format, 64, d_qk) + 1;
+    r.seed = 2048 + h_q;
+    check_case(r);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, PortableDecode,
                          ::testing::Values(FormatCase{KvCacheFormat::kV32Fp8, 0, "v32_fp8"},
                                            FormatCase{KvCacheFormat::kV4Fp8, 0, "v4_fp8"},

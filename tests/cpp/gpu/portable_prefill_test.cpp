@@ -171,6 +171,22 @@ TEST_P(PortablePrefill, EmptyKvTensor) {
   for (float v : lse_host) ASSERT_TRUE(std::isinf(v) && v > 0) << v;
 }
 
+// A KV tensor past 2^31 bytes (2,200,000 rows of d_qk bf16, padded: about 2.1-2.4 GiB): row
+// offsets index * kv_stride must be 64-bit; most indexed rows live past the 2 GiB mark.
+TEST_P(PortablePrefill, KvBeyondTwoGigabytes) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int64_t h_q : {16, 128}) {
+    verify::PrefillRecipe r;
+    r.d_qk = GetParam();
+    r.s_q = 3;
+    r.s_kv = 2200000;
+    r.h_q = h_q;
+    r.topk = 192;
+    r.seed = 31 + h_q;
+    check_case(r);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(DQk, PortablePrefill, ::testing::Values(576, 512),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "d" + std::to_string(info.param);
