@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# A/B two versions of the tree in one device call (the device tool's time is scarce): builds the
+# tree as it is (A) and the tree with PATCH applied (B) in parallel (CLI only, Release, sm_90a),
+# runs `sparse-mla bench` on both, alternating A, B, A, B so drift hits both alike, and prints
+# B / A per case (the lower median of each side's two runs) with the geometric means.
+#
+#   git diff > ab.patch      (the change to measure; leave it untracked so it travels)
+#   git stash                (or commit A first: the device gets the working tree as A)
+#   scripts/gpu_ab.sh OUT_DIR ab.patch [BENCH FLAGS...]   default flags: --suite all
+#
+# Writes OUT_DIR/{a-1,b-1,a-2,b-2}.json and OUT_DIR/ab.txt. Needs .gpu-deps (carry it; see
+# gpu_check.sh --prepare-deps) for nlohmann_json. Used for the O-rescale A/B in
+# benchmarks/results/ab-o-rescale-skip-2026-11-29/.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT_DIR=${1:?usage: gpu_ab.sh OUT_DIR PATCH [BENCH FLAGS...]}
+PATCH=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+shift 2
+BENCH_FLAGS=("$@")
+[[ ${#BENCH_FLAGS[@]} == 0 ]] && BENCH_FLAGS=(--suite all)
+mkdir -p "$OUT_DIR"
+
+B_TREE=$(mktemp -d)
+(cd "$ROOT" && tar --exclude='./build*' --exclude='./.git' --exclude='./.venv' --exclude='./out' -cf - .) | (cd "$B_TREE" && tar -xf -)
+(cd "$B_TREE" && patch -p1 --quiet <"$PATCH")
+
+build() {  # build SOURCE_DIR BUILD_DIR
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMLA_ENABLE_CUDA=ON \
+    -DSMLA_CUDA_ARCHS=90a -DSMLA_BUILD_TESTS=OFF -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
+    "-DCMAKE_PREFIX_PATH=$1/.gpu-deps" >/dev/null && cmake --build "$2" -j 8 --target sparse-mla >/dev/null
+}
+build "$ROOT" /tmp/ab-a & a_pid=$!
+build "$B_TREE" /tmp/ab-b & b_pid=$!
+wait $a_pid && wait $b_pid
+
+for round in 1 2; do
+  for side in a b; do
+    /tmp/ab-$side/sparse-mla bench --backend cuda --verify off --iters 20 "${BENCH_FLAGS[@]}" \
+      --json "$OUT_DIR/$side-$round.json" >/dev/null
+  done
+done
+
+python3 - "$OUT_DIR" <<'EOF' | tee "$OUT_DIR/ab.txt"
+import json, math, sys
+out = sys.argv[1]
+def medians(name):
+    return {(c.get("suite"), c["name"]): c["median_ms"] for c in json.load(open(f"{out}/{name}.json"))["cases"]}
+a1, a2, b1, b2 = (medians(n) for n in ("a-1", "a-2", "b-1", "b-2"))
+ratios = {}
+for key in a1:
+    a, b = min(a1[key], a2[key]), min(b1[key], b2[key])
+    ratios[key] = b / a
+    print(f"{key[0] or '-':10s} {key[1][:64]:64s} A {a * 1e3:10.1f} us  B {b * 1e3:10.1f} us  B/A {b / a:.3f}")
+def geomean(keys):
+    keys = list(keys)
+    return math.exp(sum(math.log(ratios[k]) for k in keys) / len(keys)) if keys else float("nan")
+print(f"geomean B/A: all {geomean(ratios):.3f}, prefill {geomean(k for k in ratios if k[1].startswith('prefill')):.3f},"
+      f" decode {geomean(k for k in ratios if k[1].startswith('decode')):.3f}")
+EOF
