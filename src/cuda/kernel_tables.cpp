@@ -88,24 +88,10 @@ constexpr std::array<PrefillEntry, 12> kPrefillEntries{{
 // forces the key count (tests/cpp/CMakeLists.txt runs the GPU prefill tests both ways).
 const PrefillEntry* prefill_entry(int64_t d_qk, int64_t h_q, const DeviceLimits& limits,
                                   std::string* why_not) {
-  auto find = [&](int rows, int keys) -> const PrefillEntry* {
-    for (const PrefillEntry& e : kPrefillEntries) {
-      if (e.d_qk == d_qk && e.rows == rows && e.block_keys == keys) return &e;
-    }
-    return nullptr;
-  };
-  const cuda::TileSmemFn smem = [&](int rows, int keys) {
-    const PrefillEntry* e = find(rows, keys);
-    return e != nullptr ? e->smem() : 0;
-  };
-  const int rows = pp::prefill_rows_for(h_q);
-  const cuda::TileChoice tile = cuda::choose_tile(
-      rows, 64, cuda::forced_block_keys("SMLA_PREFILL_BLOCK_KEYS"), limits.smem_optin, smem);
-  if (tile.rows == 0) {
-    *why_not = cuda::tile_does_not_fit(rows, limits.smem_optin, smem);
-    return nullptr;
-  }
-  return find(tile.rows, tile.block_keys);
+  static const int forced_keys = cuda::forced_block_keys("SMLA_PREFILL_BLOCK_KEYS");
+  return cuda::choose_tile_entry(
+      std::span<const PrefillEntry>(kPrefillEntries), [&](const PrefillEntry& e) { return e.d_qk == d_qk; },
+      pp::prefill_rows_for(h_q), 64, forced_keys, limits.smem_optin, why_not);
 }
 
 bool portable_prefill_supports(const SparsePrefillProblem& problem, std::string* why_not) {
@@ -182,27 +168,12 @@ constexpr std::array<DecodeEntry, 24> kDecodeEntries{{
 // SMLA_DECODE_BLOCK_KEYS forces the key count (tests/cpp/CMakeLists.txt runs both).
 const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q,
                                 const DeviceLimits& limits, std::string* why_not) {
-  auto find = [&](int rows, int keys) -> const DecodeEntry* {
-    for (const DecodeEntry& e : kDecodeEntries) {
-      if (e.format == format && e.d_qk == d_qk && e.rows == rows && e.block_keys == keys) {
-        return &e;
-      }
-    }
-    return nullptr;
-  };
-  const cuda::TileSmemFn smem = [&](int rows, int keys) {
-    const DecodeEntry* e = find(rows, keys);
-    return e != nullptr ? e->smem() : 0;
-  };
+  static const int forced_keys = cuda::forced_block_keys("SMLA_DECODE_BLOCK_KEYS");
   const int rows = pd::decode_rows_for(h_q);
-  const cuda::TileChoice tile =
-      cuda::choose_tile(rows, rows == 16 ? 32 : 64, cuda::forced_block_keys("SMLA_DECODE_BLOCK_KEYS"),
-                        limits.smem_optin, smem);
-  if (tile.rows == 0) {
-    *why_not = cuda::tile_does_not_fit(rows, limits.smem_optin, smem);
-    return nullptr;
-  }
-  return find(tile.rows, tile.block_keys);
+  return cuda::choose_tile_entry(
+      std::span<const DecodeEntry>(kDecodeEntries),
+      [&](const DecodeEntry& e) { return e.format == format && e.d_qk == d_qk; }, rows,
+      rows == 16 ? 32 : 64, forced_keys, limits.smem_optin, why_not);
 }
 
 template <KvCacheFormat kFormat>

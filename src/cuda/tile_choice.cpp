@@ -1,8 +1,6 @@
 #include "cuda/tile_choice.h"
 
 #include <cstdlib>
-#include <map>
-#include <mutex>
 
 namespace sparse_mla::cuda {
 
@@ -20,16 +18,9 @@ TileChoice choose_tile(int natural_rows, int preferred_keys, int forced_keys, in
 }
 
 int forced_block_keys(const char* name) {
-  static std::mutex mutex;
-  static std::map<std::string, int> cache;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = cache.find(name);
-  if (it == cache.end()) {
-    const char* value = std::getenv(name);
-    const std::string text = value != nullptr ? value : "";
-    it = cache.emplace(name, text == "32" ? 32 : (text == "64" ? 64 : 0)).first;
-  }
-  return it->second;
+  const char* value = std::getenv(name);
+  const std::string text = value != nullptr ? value : "";
+  return text == "32" ? 32 : (text == "64" ? 64 : 0);
 }
 
 std::string tile_does_not_fit(int natural_rows, int smem_optin, const TileSmemFn& smem) {

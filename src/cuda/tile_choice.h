@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 
 namespace sparse_mla::cuda {
@@ -27,10 +28,35 @@ TileChoice choose_tile(int natural_rows, int preferred_keys, int forced_keys, in
                        const TileSmemFn& smem);
 
 // The key count forced by environment variable `name` ("32" or "64"; anything else: 0). A
-// tuning and testing knob, read once per process per name.
+// tuning and testing knob: callers read it once per process (a function-local static).
 int forced_block_keys(const char* name);
 
 // "needs N bytes of shared memory per block; the device allows M" for the smallest tile.
 std::string tile_does_not_fit(int natural_rows, int smem_optin, const TileSmemFn& smem);
+
+// choose_tile over a kernel's instantiation table: the rows of `table` for which
+// `matches(entry)` holds (same format / d_qk) are the candidates; Entry has `int rows,
+// block_keys` and `int (*smem)()`. Returns the chosen row, or nullptr with *why_not set.
+template <class Entry, class Matches>
+const Entry* choose_tile_entry(std::span<const Entry> table, Matches matches, int natural_rows,
+                               int preferred_keys, int forced_keys, int smem_optin,
+                               std::string* why_not) {
+  auto find = [&](int rows, int keys) -> const Entry* {
+    for (const Entry& e : table) {
+      if (matches(e) && e.rows == rows && e.block_keys == keys) return &e;
+    }
+    return nullptr;
+  };
+  const TileSmemFn smem = [&](int rows, int keys) {
+    const Entry* e = find(rows, keys);
+    return e != nullptr ? e->smem() : 0;
+  };
+  const TileChoice tile = choose_tile(natural_rows, preferred_keys, forced_keys, smem_optin, smem);
+  if (tile.rows == 0) {
+    *why_not = tile_does_not_fit(natural_rows, smem_optin, smem);
+    return nullptr;
+  }
+  return find(tile.rows, tile.block_keys);
+}
 
 }  // namespace sparse_mla::cuda

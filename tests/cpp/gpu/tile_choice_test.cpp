@@ -4,6 +4,7 @@
 // (227 KiB) run, and that every shape has one on all of them.
 #include <gtest/gtest.h>
 
+#include <span>
 #include <string>
 
 #if defined(SMLA_WITH_CUDA)
@@ -109,6 +110,36 @@ TEST(TileChoice, EveryShapeRunsOnEveryDeviceClass) {
       }
     }
   }
+}
+
+// choose_tile_entry over an instantiation table: only matching rows compete, and the row found
+// is the one choose_tile picked.
+struct FakeEntry {
+  int format, rows, block_keys;
+  int (*smem)();
+};
+constexpr FakeEntry kFakeTable[] = {
+    {0, 16, 64, [] { return 150000; }}, {0, 16, 32, [] { return 80000; }},
+    {0, 32, 64, [] { return 190000; }}, {0, 32, 32, [] { return 100000; }},
+    {1, 32, 32, [] { return 1000; }},  // another format: never a candidate for format 0
+};
+
+TEST(TileChoice, EntryTableChoice) {
+  std::string why;
+  auto format0 = [](const FakeEntry& e) { return e.format == 0; };
+  const FakeEntry* e = choose_tile_entry(std::span<const FakeEntry>(kFakeTable), format0, 32, 64,
+                                         0, 101376, &why);
+  ASSERT_NE(e, nullptr) << why;
+  EXPECT_EQ(e->format, 0);
+  EXPECT_EQ(e->rows, 32);
+  EXPECT_EQ(e->block_keys, 32);
+  e = choose_tile_entry(std::span<const FakeEntry>(kFakeTable), format0, 32, 64, 0, 90000, &why);
+  ASSERT_NE(e, nullptr) << why;
+  EXPECT_EQ(e->rows, 16);
+  EXPECT_EQ(e->block_keys, 32);
+  e = choose_tile_entry(std::span<const FakeEntry>(kFakeTable), format0, 32, 64, 0, 50000, &why);
+  EXPECT_EQ(e, nullptr);
+  EXPECT_NE(why.find("needs 80000 bytes"), std::string::npos) << why;
 }
 
 TEST(TileChoice, NothingFitsNamesTheNeed) {
