@@ -42,13 +42,17 @@ Status run_host(const DecodeCase& c, const RunOptions& options, DecodeOutputs* o
                 bool padded_outputs) {
   if (out == nullptr) return invalid_argument("run_host: out is null");
   allocate_outputs(c.problem, out, padded_outputs);
-  const SparseDecodeArgs args = c.args(out->out_view, out->lse_view);
+  return plan_and_run_decode(c.args(out->out_view, out->lse_view), options);
+}
+
+Status plan_and_run_decode(const SparseDecodeArgs& args, const RunOptions& options,
+                           Device workspace_device) {
   SparseDecodeProblem problem;
   SMLA_RETURN_IF_ERROR(describe_sparse_decode(args, &problem));
   DecodePlan plan;
   SMLA_RETURN_IF_ERROR(plan_sparse_decode(problem, &plan, options));
   Buffer workspace;
-  SMLA_RETURN_IF_ERROR(Buffer::allocate(Device::cpu(), plan.workspace_bytes, &workspace));
+  SMLA_RETURN_IF_ERROR(Buffer::allocate(workspace_device, plan.workspace_bytes, &workspace));
   return sparse_decode(args, plan, workspace.data(), plan.workspace_bytes, DecodeSchedule::kBuild,
                        options);
 }

@@ -27,6 +27,12 @@ Status run_host(const PrefillCase& c, const RunOptions& options, PrefillOutputs*
 Status run_host(const DecodeCase& c, const RunOptions& options, DecodeOutputs* out,
                 bool padded_outputs = false);
 
+// One decode through the planned public API: describe, plan, a workspace of the plan's size on
+// `workspace_device`, run with a freshly built schedule (kBuild). What every one-shot caller
+// (tests, the CLI's reference check) does.
+Status plan_and_run_decode(const SparseDecodeArgs& args, const RunOptions& options,
+                           Device workspace_device = Device::cpu());
+
 // run_host with Backend::kReference: the expected outputs.
 Status run_reference(const PrefillCase& c, PrefillOutputs* expected);
 Status run_reference(const DecodeCase& c, DecodeOutputs* expected);

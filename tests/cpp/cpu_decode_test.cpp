@@ -31,17 +31,6 @@ RunOptions backend_options(Backend backend, int threads = 0) {
   return o;
 }
 
-// Runs a decode through the public API (plan, host workspace, run).
-Status run_decode(const SparseDecodeArgs& args, const RunOptions& options) {
-  SparseDecodeProblem problem;
-  SMLA_RETURN_IF_ERROR(describe_sparse_decode(args, &problem));
-  DecodePlan plan;
-  SMLA_RETURN_IF_ERROR(plan_sparse_decode(problem, &plan, options));
-  Buffer workspace;
-  SMLA_RETURN_IF_ERROR(Buffer::allocate(Device::cpu(), plan.workspace_bytes, &workspace));
-  return sparse_decode(args, plan, workspace.data(), plan.workspace_bytes, DecodeSchedule::kBuild,
-                       options);
-}
 
 // ---- the reference on hand-computed cases ---------------------------------------------------
 
@@ -94,7 +83,7 @@ struct TinyDecode {
     args.softmax_scale = scale;
     args.out = outputs.out_view;
     args.lse = outputs.lse_view;
-    return run_decode(args, backend_options(backend));
+    return verify::plan_and_run_decode(args, backend_options(backend));
   }
   float out(int d) const { return bf16_to_float(outputs.out[d]); }
 };

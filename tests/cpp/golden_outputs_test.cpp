@@ -168,16 +168,7 @@ TEST_P(GoldenDecode, MatchesFlashMla) {
   args.lse = TensorView::contiguous(at.output(lse), DType::kFloat32, {b, s_q, h_q}, at.device());
   ASSERT_TRUE(at.status().ok()) << at.status().message();
 
-  SparseDecodeProblem problem;
-  Status s = describe_sparse_decode(args, &problem);
-  ASSERT_TRUE(s.ok()) << s.message();
-  DecodePlan plan;
-  s = plan_sparse_decode(problem, &plan, backend_options(backend));
-  ASSERT_TRUE(s.ok()) << s.message();
-  Buffer workspace;
-  ASSERT_TRUE(Buffer::allocate(at.device(), plan.workspace_bytes, &workspace).ok());
-  s = sparse_decode(args, plan, workspace.data(), plan.workspace_bytes, DecodeSchedule::kBuild,
-                    backend_options(backend));
+  const Status s = verify::plan_and_run_decode(args, backend_options(backend), at.device());
   ASSERT_TRUE(s.ok()) << s.message();
   for (Status fetched : {at.fetch(out, args.out.data), at.fetch(lse, args.lse.data)}) {
     ASSERT_TRUE(fetched.ok()) << fetched.message();

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "verify/check.h"
 #include "verify/compare.h"
 
 namespace sparse_mla::cli {
@@ -135,14 +136,7 @@ Status verify_decode(const verify::DecodeCase& c, const verify::DecodeOutputs& g
 
   RunOptions reference;
   reference.backend = Backend::kReference;
-  SparseDecodeProblem problem;
-  SMLA_RETURN_IF_ERROR(describe_sparse_decode(args, &problem));
-  DecodePlan plan;
-  SMLA_RETURN_IF_ERROR(plan_sparse_decode(problem, &plan, reference));
-  Buffer workspace;
-  SMLA_RETURN_IF_ERROR(Buffer::allocate(Device::cpu(), plan.workspace_bytes, &workspace));
-  SMLA_RETURN_IF_ERROR(sparse_decode(args, plan, workspace.data(), workspace.bytes(),
-                                     DecodeSchedule::kBuild, reference));
+  SMLA_RETURN_IF_ERROR(verify::plan_and_run_decode(args, reference));
 
   // The picked queries' rows of the back end's contiguous [b, s_q, h_q, ...] outputs.
   const int64_t out_row = p.h_q * p.d_v, lse_row = p.h_q;
