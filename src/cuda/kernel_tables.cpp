@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cstdlib>
 #include <span>
 #include <string>
 
@@ -139,13 +141,15 @@ struct DecodeEntry {
   DecodeLaunchFn launch;
   int (*smem)();
   int (*ctas_per_sm)();
+  int (*pair_clusters)();
 };
 #define SMLA_DECODE_ENTRY(FORMAT, DQK, ROWS, KEYS)                                 \
   DecodeEntry {                                                                    \
     KvCacheFormat::FORMAT, DQK, ROWS, KEYS,                                        \
         pd::launch_portable_sparse_decode<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>, \
         pd::decode_smem_bytes<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>,             \
-        pd::decode_ctas_per_sm<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>             \
+        pd::decode_ctas_per_sm<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>,            \
+        pd::decode_pair_clusters<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>           \
   }
 #define SMLA_DECODE_ENTRIES(FORMAT, DQK)                                            \
   SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 32),   \
@@ -215,6 +219,65 @@ Status decode_entry_for(const SparseDecodeProblem& problem, const char* caller,
   return {};
 }
 
+// How a decode call launches its tile: parts of the split schedule, and whether the two head
+// groups of 65..128 heads run as 2-CTA clusters that share each block's gather and
+// dequantisation (quantized caches on sm_90+; SMLA_DECODE_PAIR_HEAD_GROUPS=0 turns it off, for
+// tests and A/B runs).
+struct DecodeLaunchShape {
+  int head_groups = 1;
+  int num_parts = 1;
+  bool paired = false;
+  int ctas_per_sm = 0;  // unpaired launches
+  int clusters = 0;     // paired launches: resident 2-CTA clusters on the device
+};
+
+bool pairing_allowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return allowed;
+}
+
+// entry->pair_clusters() for the current device, asked once per (entry, device): run needs it on
+// every call and the occupancy query is not free.
+int pair_clusters_of(const DecodeEntry* entry, int device) {
+  constexpr int kMaxDevices = 64;
+  // clusters + 1 per (entry, device); 0 = not asked yet.
+  static std::array<std::atomic<int>, kDecodeEntries.size() * kMaxDevices> cache{};
+  if (device < 0 || device >= kMaxDevices) return entry->pair_clusters();
+  std::atomic<int>& slot = cache[(entry - kDecodeEntries.data()) * kMaxDevices + device];
+  int known = slot.load(std::memory_order_relaxed);
+  if (known == 0) {
+    known = entry->pair_clusters() + 1;
+    slot.store(known, std::memory_order_relaxed);
+  }
+  return known - 1;
+}
+
+Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimits& limits,
+                           const DecodeEntry& entry, DecodeLaunchShape* shape) {
+  shape->head_groups = static_cast<int>((problem.h_q + entry.rows - 1) / entry.rows);
+  if (shape->head_groups == 2 && pairing_allowed()) {
+    shape->clusters = pair_clusters_of(&entry, problem.device.index);
+    if (shape->clusters > 0) {
+      shape->paired = true;
+      shape->num_parts = shape->clusters;  // one part = one cluster = both head groups
+      return {};
+    }
+  }
+  shape->ctas_per_sm = entry.ctas_per_sm();
+  if (shape->ctas_per_sm < 1) {
+    return unsupported("plan_sparse_decode: the " + std::to_string(entry.rows) + "-row, " +
+                       std::to_string(entry.block_keys) +
+                       "-key decode kernel cannot be resident on device " +
+                       std::to_string(problem.device.index));
+  }
+  // The schedule's parts times the head groups fill every resident CTA slot once.
+  shape->num_parts = std::max(1, limits.sm_count * shape->ctas_per_sm / shape->head_groups);
+  return {};
+}
+
 Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions&,
                             DecodePlan* plan) {
   DeviceLimits limits;
@@ -222,26 +285,22 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
   SMLA_RETURN_IF_ERROR(decode_entry_for(problem, "plan_sparse_decode", &limits, &entry));
   cuda::DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(problem.device.index));
-  const int ctas_per_sm = entry->ctas_per_sm();
-  if (ctas_per_sm < 1) {
-    return unsupported("plan_sparse_decode: the " + std::to_string(entry->rows) + "-row, " +
-                       std::to_string(entry->block_keys) +
-                       "-key decode kernel cannot be resident on device " +
-                       std::to_string(problem.device.index));
-  }
-  const int head_groups = static_cast<int>((problem.h_q + entry->rows - 1) / entry->rows);
-  // The schedule's parts times the head groups fill every resident CTA slot once.
-  const int num_parts = std::max(1, limits.sm_count * ctas_per_sm / head_groups);
+  DecodeLaunchShape shape;
+  SMLA_RETURN_IF_ERROR(decode_launch_shape(problem, limits, *entry, &shape));
   const int64_t num_queries = problem.b * problem.s_q;
   const planning::DecodeWorkspaceLayout layout =
-      planning::decode_workspace_layout(num_queries, num_parts, problem.h_q, 512);
-  plan->num_sm_parts = num_parts;
+      planning::decode_workspace_layout(num_queries, shape.num_parts, problem.h_q, 512);
+  plan->num_sm_parts = shape.num_parts;
   plan->workspace_bytes = static_cast<size_t>(layout.total_bytes);
-  plan->reason = "portable split-KV: " + std::to_string(num_parts) + " parts x " +
-                 std::to_string(head_groups) + " head groups of " + std::to_string(entry->rows) +
-                 " rows x " + std::to_string(entry->block_keys) + "-key blocks = " +
-                 std::to_string(ctas_per_sm) + " CTA(s) per SM on " +
-                 std::to_string(limits.sm_count) + " SMs";
+  plan->reason = "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
+                 std::to_string(shape.head_groups) + " head groups of " +
+                 std::to_string(entry->rows) + " rows x " + std::to_string(entry->block_keys) +
+                 "-key blocks = " +
+                 (shape.paired ? std::to_string(shape.clusters) +
+                                     " resident 2-CTA clusters (the head groups share each "
+                                     "block's gather and dequantisation)"
+                               : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
+                 " on " + std::to_string(limits.sm_count) + " SMs";
   return {};
 }
 
@@ -276,6 +335,9 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
   launch.split_offsets = ws.split_offsets;
   launch.partial_lse = ws.partial_lse;
   launch.partial_out = ws.partial_out;
+  const int head_groups = static_cast<int>((params.problem.h_q + entry->rows - 1) / entry->rows);
+  launch.pair_head_groups = head_groups == 2 && pairing_allowed() &&
+                            pair_clusters_of(entry, params.problem.device.index) > 0;
   SMLA_RETURN_IF_ERROR(entry->launch(launch, stream));
   return cuda::launch_split_combine(params, num_parts, workspace, stream);
 }

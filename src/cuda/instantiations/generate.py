@@ -58,6 +58,7 @@ def decode_unit(fmt: str, dqk: int, rows: int, keys: int) -> str:
         + "namespace sparse_mla::cuda::portable_decode {\n"
         + f"template int decode_smem_bytes<{config}>();\n"
         + f"template int decode_ctas_per_sm<{config}>();\n"
+        + f"template int decode_pair_clusters<{config}>();\n"
         + f"template Status launch_portable_sparse_decode<{config}>(\n"
         + "    const DecodeLaunch&, cudaStream_t);\n"
         + "}  // namespace sparse_mla::cuda::portable_decode\n"

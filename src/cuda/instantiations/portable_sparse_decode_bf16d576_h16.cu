@@ -6,6 +6,7 @@
 namespace sparse_mla::cuda::portable_decode {
 template int decode_smem_bytes<KvCacheFormat::kBf16, 576, 16, 64>();
 template int decode_ctas_per_sm<KvCacheFormat::kBf16, 576, 16, 64>();
+template int decode_pair_clusters<KvCacheFormat::kBf16, 576, 16, 64>();
 template Status launch_portable_sparse_decode<KvCacheFormat::kBf16, 576, 16, 64>(
     const DecodeLaunch&, cudaStream_t);
 }  // namespace sparse_mla::cuda::portable_decode

@@ -6,6 +6,7 @@
 namespace sparse_mla::cuda::portable_decode {
 template int decode_smem_bytes<KvCacheFormat::kV32Fp8, 576, 64, 64>();
 template int decode_ctas_per_sm<KvCacheFormat::kV32Fp8, 576, 64, 64>();
+template int decode_pair_clusters<KvCacheFormat::kV32Fp8, 576, 64, 64>();
 template Status launch_portable_sparse_decode<KvCacheFormat::kV32Fp8, 576, 64, 64>(
     const DecodeLaunch&, cudaStream_t);
 }  // namespace sparse_mla::cuda::portable_decode

@@ -6,6 +6,7 @@
 namespace sparse_mla::cuda::portable_decode {
 template int decode_smem_bytes<KvCacheFormat::kV4Fp8, 512, 16, 32>();
 template int decode_ctas_per_sm<KvCacheFormat::kV4Fp8, 512, 16, 32>();
+template int decode_pair_clusters<KvCacheFormat::kV4Fp8, 512, 16, 32>();
 template Status launch_portable_sparse_decode<KvCacheFormat::kV4Fp8, 512, 16, 32>(
     const DecodeLaunch&, cudaStream_t);
 }  // namespace sparse_mla::cuda::portable_decode

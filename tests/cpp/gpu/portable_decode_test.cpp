@@ -178,7 +178,8 @@ TEST_P(PortableDecode, HeadCountsAndTokens) {
   }
 }
 
-// Extra cache with its own page size; odd page sizes; topk_length shapes; s_q up to 8.
+// Extra cache with its own page size; odd page sizes; topk_length shapes; s_q up to 8; 16, 64 and
+// 128 heads.
 TEST_P(PortableDecode, ExtraCacheAndPages) {
   SMLA_SKIP_WITHOUT_GPU();
   struct Pages {
@@ -199,6 +200,11 @@ TEST_P(PortableDecode, ExtraCacheAndPages) {
     r.extra_topk_length_per_token = pg.s_q % 4 == 0;
     r.seed = pg.main + pg.extra;
     check_case(r);
+    if (pg.s_q <= 2) {  // 128 heads: on sm_90 the two head groups share blocks (paired CTAs)
+      verify::DecodeRecipe wide = r;
+      wide.h_q = 128;
+      check_case(wide);
+    }
     r.h_q = 16;
     r.extra_topk_length = false;
     r.topk_length = false;

@@ -13,12 +13,14 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
 #include "cuda/device/gather.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/online_softmax.cuh"
+#include "cuda/device/ptx/cluster.cuh"
 #include "cuda/device/ptx/cp_async.cuh"
 #include "cuda/portable/common/tile_attention.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
@@ -94,27 +96,34 @@ __device__ __forceinline__ void stage_block_rows(const detail::DecodeParams& p,
   sm.valid[step & 1][thread] = valid ? 1 : 0;
 }
 
-// load (rows): raw token bytes (quantized formats) or bf16 rows into tile `step & 1`.
-template <class Shape, class Traits>
-__device__ __forceinline__ void load_block_rows(int step, int thread,
-                                                DecodeSmem<Shape, Traits>& sm) {
+// load (rows): raw token bytes (quantized formats) or bf16 rows into tile `step & 1`. Paired head
+// groups (quantized formats, see the kernel): this CTA gathers only its half of the block's rows,
+// [row_base, row_base + kBlockKeys / 2), which it dequantises for both CTAs.
+template <class Shape, class Traits, bool kPaired = false>
+__device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem<Shape, Traits>& sm,
+                                                int row_base = 0) {
   using Smem = DecodeSmem<Shape, Traits>;
   const uint8_t* valid = sm.valid[step & 1];
-  auto source = [&](int row) { return RowSource{sm.row_ptr[row], valid[row] != 0}; };
   if constexpr (Smem::kQuantized) {
     using Raw = RawRow<Traits>;
-    gather_rows_linear<Shape::kBlockKeys, Traits::kDataRowBytes / 16, Raw::kPitch, Shape::kThreads>(
-        smem_u32(sm.raw), thread, source);
+    constexpr int kRows = kPaired ? Shape::kBlockKeys / 2 : Shape::kBlockKeys;
+    gather_rows_linear<kRows, Traits::kDataRowBytes / 16, Raw::kPitch, Shape::kThreads>(
+        smem_u32(sm.raw) + row_base * Raw::kPitch, thread, [&](int r) {
+          return RowSource{sm.row_ptr[row_base + r], valid[row_base + r] != 0};
+        });
     if constexpr (!Traits::kScalesInRow) {
       static_assert(Traits::kScaleRowBytes == 8, "scale rows are copied with one 8-B cp.async");
-      if (thread < Shape::kBlockKeys) {
-        ptx::cp_async_ca_8(smem_u32(sm.raw) + thread * Raw::kPitch + Traits::kDataRowBytes,
-                           sm.scale_ptr[thread], valid[thread] != 0 ? 8u : 0u);
+      if (thread < kRows) {
+        const int row = row_base + thread;
+        ptx::cp_async_ca_8(smem_u32(sm.raw) + row * Raw::kPitch + Traits::kDataRowBytes,
+                           sm.scale_ptr[row], valid[row] != 0 ? 8u : 0u);
       }
     }
   } else {
+    static_assert(!kPaired, "bf16 rows go straight into each CTA's own tile");
     gather_rows_swizzled<Shape::kBlockKeys, Shape::kChunksPerRow, Shape::kThreads>(
-        smem_u32(sm.kv[step & 1]), thread, source);
+        smem_u32(sm.kv[step & 1]), thread,
+        [&](int row) { return RowSource{sm.row_ptr[row], valid[row] != 0}; });
   }
 }
 
@@ -127,19 +136,28 @@ __device__ __forceinline__ void load_block_rows(int step, int thread,
 // past 64 (v32_fp8's 8 tail chunks) are shared out. Measured (v32_fp8, 64 rows, nvcc 13.0): the
 // previous flat u -> (u / 72, u % 72) loop spent ~50 instructions per chunk, half of the split
 // kernel's instructions.
-template <class Shape, class Traits>
-__device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, Traits>& sm) {
+// Paired head groups: this CTA dequantises rows [row_base, row_base + kBlockKeys / 2) and stores
+// each chunk twice, into its own tile and (st.shared::cluster) at the same offset of the peer's
+// tile `peer_tile` (a shared::cluster address).
+template <class Shape, class Traits, bool kPaired = false>
+__device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, Traits>& sm,
+                                                 int row_base = 0, uint32_t peer_tile = 0) {
   using Raw = RawRow<Traits>;
   constexpr int kLanes = 64;  // chunk slots of a row in the first pass
   constexpr int kQuantChunks = Traits::kQuantDims / 8;
   constexpr int kRowsPerPass = Shape::kThreads / kLanes;
   constexpr int kLateChunks = Shape::kChunksPerRow - kLanes;  // chunks >= 64: 8 (d576) or 0
-  static_assert(Shape::kThreads % kLanes == 0 && Shape::kBlockKeys % kRowsPerPass == 0);
+  constexpr int kRows = kPaired ? Shape::kBlockKeys / 2 : Shape::kBlockKeys;
+  static_assert(Shape::kThreads % kLanes == 0 && kRows % kRowsPerPass == 0);
   static_assert(kQuantChunks <= kLanes && kLateChunks >= 0);
-  constexpr int kRowsPerThread = Shape::kBlockKeys / kRowsPerPass;
+  constexpr int kRowsPerThread = kRows / kRowsPerPass;
   uint8_t* tile = sm.kv[0];
+  auto store = [&](uint32_t offset, uint4 value) {
+    *reinterpret_cast<uint4*>(tile + offset) = value;
+    if constexpr (kPaired) ptx::st_shared_cluster_16(peer_tile + offset, value);
+  };
   const int chunk = thread % kLanes;
-  const int row0 = thread / kLanes;
+  const int row0 = row_base + thread / kLanes;
   if (chunk < kQuantChunks) {
     const int scale_index = chunk * 8 / Traits::kTileSize;
 #pragma unroll 4
@@ -152,30 +170,31 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
       } else {
         scale = ue8m0_to_float(raw_row[Raw::kScaleBase + scale_index]);
       }
-      *reinterpret_cast<uint4*>(tile + tile_chunk_offset<Shape::kBlockKeys>(row, chunk)) =
-          dequant_e4m3x8(*reinterpret_cast<const uint2*>(raw_row + 8 * chunk), scale);
+      store(tile_chunk_offset<Shape::kBlockKeys>(row, chunk),
+            dequant_e4m3x8(*reinterpret_cast<const uint2*>(raw_row + 8 * chunk), scale));
     }
   } else {
     const int tail_offset = Traits::kTailOffset + 16 * (chunk - kQuantChunks);
 #pragma unroll 4
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int row = row0 + i * kRowsPerPass;
-      *reinterpret_cast<uint4*>(tile + tile_chunk_offset<Shape::kBlockKeys>(row, chunk)) =
-          *reinterpret_cast<const uint4*>(sm.raw + row * Raw::kPitch + tail_offset);
+      store(tile_chunk_offset<Shape::kBlockKeys>(row, chunk),
+            *reinterpret_cast<const uint4*>(sm.raw + row * Raw::kPitch + tail_offset));
     }
   }
   if constexpr (kLateChunks > 0) {
     static_assert(kQuantChunks == kLanes, "chunks past 64 are tail chunks");
-    static_assert(Shape::kBlockKeys * kLateChunks % Shape::kThreads == 0);
+    constexpr int kLateUnits = kRows * kLateChunks;
 #pragma unroll
-    for (int i = 0; i < Shape::kBlockKeys * kLateChunks / Shape::kThreads; ++i) {
+    for (int i = 0; i < (kLateUnits + Shape::kThreads - 1) / Shape::kThreads; ++i) {
       const int u = thread + i * Shape::kThreads;
-      const int row = u / kLateChunks;
-      const int late = u - row * kLateChunks;
-      *reinterpret_cast<uint4*>(tile +
-                                tile_chunk_offset<Shape::kBlockKeys>(row, kLanes + late)) =
-          *reinterpret_cast<const uint4*>(sm.raw + row * Raw::kPitch + Traits::kTailOffset +
-                                          16 * late);
+      if (kLateUnits % Shape::kThreads == 0 || u < kLateUnits) {
+        const int row = row_base + u / kLateChunks;
+        const int late = u % kLateChunks;
+        store(tile_chunk_offset<Shape::kBlockKeys>(row, kLanes + late),
+              *reinterpret_cast<const uint4*>(sm.raw + row * Raw::kPitch + Traits::kTailOffset +
+                                              16 * late));
+      }
     }
   }
 }
@@ -262,6 +281,34 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   const float scale_log2 = p.softmax_scale * kLog2e;
   const int64_t s_q = p.problem.s_q;
 
+  // Paired head groups (sm_90, quantized formats, 2 head groups; launch.pair_head_groups): the
+  // two CTAs of a cluster hold the two 64-head halves of the same query and walk the same blocks.
+  // Each gathers and dequantises half of every block's rows and writes the bf16 chunks into both
+  // tiles (FlashMLA's "crossover"), so the pair gathers and converts each row once instead of
+  // twice. The two block barriers become cluster barriers: the first also means "the peer is done
+  // reading its tile", the second "both halves of both tiles are written".
+  constexpr bool kCanPair = Smem::kQuantized;
+  const bool paired = kCanPair && launch.pair_head_groups;
+  const uint32_t rank = paired ? ptx::cluster_ctarank() : 0u;
+  const int row_base = static_cast<int>(rank) * (Shape::kBlockKeys / 2);
+  const uint32_t peer_tile = paired ? ptx::map_shared_to_rank(smem_u32(sm.kv[0]), rank ^ 1u) : 0u;
+  auto block_sync = [&] {
+    if (paired) {
+      ptx::cluster_sync();
+    } else {
+      __syncthreads();
+    }
+  };
+  auto load_rows = [&](int step) {
+    if constexpr (kCanPair) {
+      if (paired) {
+        load_block_rows<Shape, Traits, true>(step, thread, sm, row_base);
+        return;
+      }
+    }
+    load_block_rows<Shape, Traits>(step, thread, sm);
+  };
+
   for (int32_t query = part.begin_query; query <= part.end_query; ++query) {
     const int64_t b = query / s_q, s = query % s_q;
     const QueryLists lists = query_lists<Shape::kBlockKeys>(p, b, s);
@@ -278,7 +325,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
                                       slot_index<Shape>(lists, block_begin, thread), sm);
     }
     __syncthreads();
-    if (block_begin < block_end) load_block_rows<Shape, Traits>(0, thread, sm);
+    if (block_begin < block_end) load_rows(0);
     ptx::cp_async_commit();
 
     for (int block = block_begin; block < block_end; ++block) {
@@ -288,14 +335,20 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
       // barrier and the dequantisation below.
       const int32_t next_index = has_next ? slot_index<Shape>(lists, block + 1, thread) : -1;
       ptx::cp_async_wait<0>();
-      __syncthreads();  // this block's bytes landed; every warp is done with the previous tile
-      if constexpr (Smem::kQuantized) dequantize_block<Shape, Traits>(thread, sm);
+      block_sync();  // this block's bytes landed; every warp (of both CTAs) is done with the tiles
+      if constexpr (kCanPair) {
+        if (paired) {
+          dequantize_block<Shape, Traits, true>(thread, sm, row_base, peer_tile);
+        } else {
+          dequantize_block<Shape, Traits>(thread, sm);
+        }
+      }
       if (has_next) {
         stage_block_rows<Shape, Traits>(p, lists, block + 1, step + 1, thread, next_index, sm);
       }
-      __syncthreads();
+      block_sync();  // the bf16 tile is complete (both halves, when paired)
       if (has_next) {
-        load_block_rows<Shape, Traits>(step + 1, thread, sm);
+        load_rows(step + 1);
         ptx::cp_async_commit();
       }
       const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
@@ -310,6 +363,9 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
     finish_rows<Shape>(acc, sm.red_sum, w, l_total);
     store_piece<Shape>(launch, b, s, slot, head0, w, acc, l_total);
   }
+  // No CTA of a pair leaves while its peer may still write into its tile (the writes end before
+  // the last block's second barrier, which both pass; this one is the documented exit rule).
+  if (paired) ptx::cluster_sync();
 }
 
 template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
@@ -334,6 +390,50 @@ int decode_ctas_per_sm() {
   return ctas;
 }
 
+// The launch configuration of a paired launch: grid (num_parts, 2), clusters of (1, 2, 1).
+inline cudaLaunchConfig_t pair_launch_config(int num_parts, int threads, int smem,
+                                             cudaStream_t stream, cudaLaunchAttribute* cluster) {
+  cluster->id = cudaLaunchAttributeClusterDimension;
+  cluster->val.clusterDim.x = 1;
+  cluster->val.clusterDim.y = 2;
+  cluster->val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(num_parts), 2);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  return config;
+}
+
+template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
+int decode_pair_clusters() {
+  using Shape = DecodeShape<kDqk, kRows, kBlockKeys>;
+  using Traits = KvTraits<kFormat, kDqk>;
+  if constexpr (!DecodeSmem<Shape, Traits>::kQuantized) {
+    return 0;
+  } else {
+    auto kernel = portable_sparse_decode_kernel<Shape, Traits>;
+    const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
+    int device = 0, major = 0, clusters = 0;
+    cudaFuncAttributes attributes;
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t config = pair_launch_config(1, Shape::kThreads, smem, nullptr, &cluster);
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess || major < 9 ||
+        attributes.ptxVersion < 90 ||
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
+            cudaSuccess ||
+        cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    return clusters;
+  }
+}
+
 template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   using Shape = DecodeShape<kDqk, kRows, kBlockKeys>;
@@ -343,8 +443,20 @@ Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t st
   auto kernel = portable_sparse_decode_kernel<Shape, Traits>;
   SMLA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
-  kernel<<<grid, Shape::kThreads, smem, stream>>>(launch);
+  if (launch.pair_head_groups) {
+    if (head_groups != 2 || !DecodeSmem<Shape, Traits>::kQuantized) {
+      return {StatusCode::kInternal, "portable_sparse_decode: a paired launch needs a quantized "
+                                     "cache and 2 head groups, got " +
+                                         std::to_string(head_groups)};
+    }
+    cudaLaunchAttribute cluster;
+    const cudaLaunchConfig_t config =
+        pair_launch_config(launch.num_parts, Shape::kThreads, smem, stream, &cluster);
+    SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, launch));
+  } else {
+    const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
+    kernel<<<grid, Shape::kThreads, smem, stream>>>(launch);
+  }
   return check_last_launch("portable_sparse_decode_kernel");
 }
 

@@ -24,6 +24,9 @@ struct DecodeLaunch {
   const int32_t* split_offsets = nullptr;               // [b*s_q + 1]
   float* partial_lse = nullptr;                         // [max_partials, h_q] fp32, log2
   float* partial_out = nullptr;                         // [max_partials, h_q, 512] fp32
+  // Two head groups launched as 2-CTA clusters that share each block's gather and dequantisation
+  // (quantized formats on sm_90+; decode_pair_clusters > 0). The grid is (num_parts, 2).
+  bool pair_head_groups = false;
 };
 
 // The schedule's block (decode_schedule.h block_tokens) is the kernel's KV tile: kBlockKeys
@@ -34,6 +37,12 @@ int decode_smem_bytes();
 // CTAs of this configuration resident per SM on the current device (0 if the query fails).
 template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 int decode_ctas_per_sm();
+
+// Clusters of two head-group CTAs that can be resident at once when the configuration is launched
+// paired (DecodeLaunch::pair_head_groups), or 0 where it cannot be: a bf16 cache (nothing to
+// share), a device below sm_90, or kernel code not compiled for sm_90+ (cluster instructions).
+template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
+int decode_pair_clusters();
 
 template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream);
