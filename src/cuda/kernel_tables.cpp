@@ -221,8 +221,7 @@ Status decode_entry_for(const SparseDecodeProblem& problem, const char* caller,
 
 // How a decode call launches its tile: parts of the split schedule, and whether the two head
 // groups of 65..128 heads run as 2-CTA clusters that share each block's gather and
-// dequantisation (quantized caches on sm_90+; SMLA_DECODE_PAIR_HEAD_GROUPS=0 turns it off, for
-// tests and A/B runs).
+// dequantisation (quantized caches on sm_90+).
 struct DecodeLaunchShape {
   int head_groups = 1;
   int num_parts = 1;
@@ -231,12 +230,18 @@ struct DecodeLaunchShape {
   int clusters = 0;     // paired launches: resident 2-CTA clusters on the device
 };
 
-bool pairing_allowed() {
-  static const bool allowed = [] {
+// Paired head groups by default for v4_fp8 only. Measured on the H200 (same build, same call,
+// 207f18a): v4_fp8 at 128 heads 0.92-0.93x the unpaired time (b = 64..256 and topk 16384), but
+// v32_fp8 at 128 heads 1.02-1.06x (slower: the pair waits for each other at two cluster barriers
+// per block). SMLA_DECODE_PAIR_HEAD_GROUPS=0 / =1 turns pairing off / on for every quantized
+// format (tests and A/B runs).
+bool pairing_wanted(KvCacheFormat format) {
+  static const int forced = [] {
     const char* v = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
-    return v == nullptr || std::string(v) != "0";
+    if (v == nullptr) return -1;
+    return std::string(v) == "0" ? 0 : 1;
   }();
-  return allowed;
+  return forced >= 0 ? forced == 1 : format == KvCacheFormat::kV4Fp8;
 }
 
 // entry->pair_clusters() for the current device, asked once per (entry, device): run needs it on
@@ -258,7 +263,7 @@ int pair_clusters_of(const DecodeEntry* entry, int device) {
 Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimits& limits,
                            const DecodeEntry& entry, DecodeLaunchShape* shape) {
   shape->head_groups = static_cast<int>((problem.h_q + entry.rows - 1) / entry.rows);
-  if (shape->head_groups == 2 && pairing_allowed()) {
+  if (shape->head_groups == 2 && pairing_wanted(entry.format)) {
     shape->clusters = pair_clusters_of(&entry, problem.device.index);
     if (shape->clusters > 0) {
       shape->paired = true;
@@ -336,7 +341,7 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
   launch.partial_lse = ws.partial_lse;
   launch.partial_out = ws.partial_out;
   const int head_groups = static_cast<int>((params.problem.h_q + entry->rows - 1) / entry->rows);
-  launch.pair_head_groups = head_groups == 2 && pairing_allowed() &&
+  launch.pair_head_groups = head_groups == 2 && pairing_wanted(entry->format) &&
                             pair_clusters_of(entry, params.problem.device.index) > 0;
   SMLA_RETURN_IF_ERROR(entry->launch(launch, stream));
   return cuda::launch_split_combine(params, num_parts, workspace, stream);

@@ -80,39 +80,19 @@ __device__ __forceinline__ LdsmLane ldsm_lane(uint32_t tile, int row, int chunk_
 template <class Shape>
 using ScoreTile = float[Shape::kMTiles][Shape::kKeyTiles][4];
 
-// Independent MMA accumulator chains per score tile: the QK^T reduction over d_qk is a chain of
-// kDqk / 16 dependent mma.sync per accumulator, and mma.sync's latency is several times its issue
-// interval. A 64-row warp has 4 accumulators (2 m16 x 2 n8 tiles); the 16-row compact tile has
-// only one, so its 36-long chain ran at a fraction of the tensor pipe's rate. Smaller tiles split
-// the d_qk steps round-robin over 2 or 4 partial sums, added at the end (a different fp32
-// summation order of the same products).
-template <class Shape>
-inline constexpr int kScoreChains = 4 / (Shape::kMTiles * Shape::kKeyTiles) > 1
-                                        ? 4 / (Shape::kMTiles * Shape::kKeyTiles)
-                                        : 1;
-
 // score: s[mt][nt] = Q[rows of mt] . K[key0 + 8 nt .. +8]^T over all d_qk dims (raw dot).
 // B fragments: ldmatrix x4 = 2 key tiles x k16 (16 keys per warp), x2 = 1 key tile (8 keys).
 template <class Shape>
 __device__ __forceinline__ void score_block(uint32_t q_tile, uint32_t kv_tile, const WarpPlace& w,
                                             ScoreTile<Shape>& s) {
-  constexpr int kChains = kScoreChains<Shape>;
-  static_assert((Shape::kDqk / 16) % kChains == 0, "d_qk steps split evenly over the chains");
-  float part[kChains][Shape::kMTiles][Shape::kKeyTiles][4];
   LdsmLane a_lane[Shape::kMTiles];
 #pragma unroll
   for (int mt = 0; mt < Shape::kMTiles; ++mt) {
     a_lane[mt] = ldsm_lane(q_tile, w.row0 + mt * 16 + (w.lane & 15), w.lane >> 4);
-  }
 #pragma unroll
-  for (int c = 0; c < kChains; ++c) {
+    for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
 #pragma unroll
-    for (int mt = 0; mt < Shape::kMTiles; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[c][mt][nt][i] = 0.0f;
-      }
+      for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
     }
   }
   // x2 uses the addresses of lanes 0..15 only (keys key0..key0+7, both k halves).
@@ -136,20 +116,7 @@ __device__ __forceinline__ void score_block(uint32_t q_tile, uint32_t kv_tile, c
     for (int mt = 0; mt < Shape::kMTiles; ++mt) {
 #pragma unroll
       for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
-        ptx::mma_m16n8k16_bf16_f32(part[ks % kChains][mt][nt], a[mt], b[2 * nt], b[2 * nt + 1]);
-      }
-    }
-  }
-#pragma unroll
-  for (int mt = 0; mt < Shape::kMTiles; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float sum = part[0][mt][nt][i];
-#pragma unroll
-        for (int c = 1; c < kChains; ++c) sum += part[c][mt][nt][i];
-        s[mt][nt][i] = sum;
+        ptx::mma_m16n8k16_bf16_f32(s[mt][nt], a[mt], b[2 * nt], b[2 * nt + 1]);
       }
     }
   }
