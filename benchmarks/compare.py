@@ -80,9 +80,25 @@ def main():
     ratios = []
     regressions = []
     failures = []
+    # Decode times compare like with like: the new file's schedule mode when the old file has it,
+    # else both with the schedule built in every call (files before --decode_schedule timed only
+    # that mode).
+    mode = new_data.get("decode_schedule", "build")
+    if old_data.get("decode_schedule", "build") != mode and mode == "reuse":
+        print("note: decode cases are compared with the schedule built in every call "
+              "(the old file predates --decode_schedule reuse)")
+
+    def decode_time(case, data, wanted):
+        if "decode_schedule" not in data:  # older files: median_ms built the schedule every call
+            return case.get("median_ms") if wanted == "build" else None
+        return case.get(f"median_ms_schedule_{wanted}")
+
     for key in [k for k in new if k in old]:
         o, n = old[key], new[key]
         om, nm = o.get("median_ms"), n.get("median_ms")
+        if n.get("op") == "decode":
+            use = mode if decode_time(o, old_data, mode) is not None else "build"
+            om, nm = decode_time(o, old_data, use), decode_time(n, new_data, use)
         speedup = om / nm if om and nm else None
         if speedup is not None:
             ratios.append(speedup)

@@ -154,6 +154,29 @@ TEST(Cli, BenchScaledSuiteDecodeCase) {
   EXPECT_GT(retrieved, 0);
   EXPECT_LE(retrieved, queries * (128 + 512));
   EXPECT_TRUE(c["verify"]["ok"].get<bool>()) << c["verify"]["message"];
+  // The reported time reuses the split schedule (the anchors' method); the CPU back end times
+  // only that mode.
+  EXPECT_EQ(j["decode_schedule"], "reuse");
+  EXPECT_EQ(c["decode_schedule"], "reuse");
+  EXPECT_DOUBLE_EQ(c["median_ms_schedule_reuse"].get<double>(), c["median_ms"].get<double>());
+  EXPECT_TRUE(c["median_ms_schedule_build"].is_null());
+}
+
+TEST(Cli, BenchDecodeScheduleBuildIsReproducible) {
+  const std::string path = temp_json("decode_build");
+  CliRun r = run_cli(
+      "bench --backend cpu --suite v4-flash --filter 'b=2 ' --scale 0.01 --iters 3 "
+      "--decode_schedule build --verify off --json " +
+      path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = read_json(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(j["cases"].size(), 1u);
+  const nlohmann::json& c = j["cases"][0];
+  EXPECT_EQ(c["decode_schedule"], "build");
+  EXPECT_DOUBLE_EQ(c["median_ms_schedule_build"].get<double>(), c["median_ms"].get<double>());
+  EXPECT_NE(c["reproduce"].get<std::string>().find("--decode_schedule build"), std::string::npos);
+  EXPECT_NE(r.output.find("built in every timed call"), std::string::npos) << r.output;
 }
 
 }  // namespace

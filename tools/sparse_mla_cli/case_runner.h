@@ -39,10 +39,11 @@ class PrefillRunner {
 class DecodeRunner {
  public:
   Status prepare(const verify::DecodeCase& c, Device device, const RunOptions& options);
-  // Schedule build + attention + combine: the end-to-end time of a decode step's first layer.
-  Status run() const {
-    return sparse_decode(args_, plan_, workspace_.data(), workspace_.bytes(),
-                         DecodeSchedule::kBuild, options_);
+  // kBuild: schedule build + attention + combine, a decode step's first layer end to end.
+  // kReuse: attention + combine over the schedule a kBuild run left in the workspace, as every
+  // later layer of the step runs (and as the FlashMLA anchors were timed).
+  Status run(DecodeSchedule schedule = DecodeSchedule::kBuild) const {
+    return sparse_decode(args_, plan_, workspace_.data(), workspace_.bytes(), schedule, options_);
   }
   Status fetch(verify::DecodeOutputs* host) const;
   const std::string& kernel() const { return plan_.kernel; }
