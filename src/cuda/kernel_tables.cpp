@@ -260,16 +260,24 @@ int pair_clusters_of(const DecodeEntry* entry, int device) {
   return known - 1;
 }
 
+int head_groups_of(const SparseDecodeProblem& problem, const DecodeEntry& entry) {
+  return static_cast<int>((problem.h_q + entry.rows - 1) / entry.rows);
+}
+
+// Resident clusters when this problem's launch is paired, else 0 (plan and run both ask this).
+int paired_clusters(const SparseDecodeProblem& problem, const DecodeEntry& entry) {
+  if (head_groups_of(problem, entry) != 2 || !pairing_wanted(entry.format)) return 0;
+  return pair_clusters_of(&entry, problem.device.index);
+}
+
 Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimits& limits,
                            const DecodeEntry& entry, DecodeLaunchShape* shape) {
-  shape->head_groups = static_cast<int>((problem.h_q + entry.rows - 1) / entry.rows);
-  if (shape->head_groups == 2 && pairing_wanted(entry.format)) {
-    shape->clusters = pair_clusters_of(&entry, problem.device.index);
-    if (shape->clusters > 0) {
-      shape->paired = true;
-      shape->num_parts = shape->clusters;  // one part = one cluster = both head groups
-      return {};
-    }
+  shape->head_groups = head_groups_of(problem, entry);
+  shape->clusters = paired_clusters(problem, entry);
+  if (shape->clusters > 0) {
+    shape->paired = true;
+    shape->num_parts = shape->clusters;  // one part = one cluster = both head groups
+    return {};
   }
   shape->ctas_per_sm = entry.ctas_per_sm();
   if (shape->ctas_per_sm < 1) {
@@ -340,9 +348,7 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
   launch.split_offsets = ws.split_offsets;
   launch.partial_lse = ws.partial_lse;
   launch.partial_out = ws.partial_out;
-  const int head_groups = static_cast<int>((params.problem.h_q + entry->rows - 1) / entry->rows);
-  launch.pair_head_groups = head_groups == 2 && pairing_wanted(entry->format) &&
-                            pair_clusters_of(entry, params.problem.device.index) > 0;
+  launch.pair_head_groups = paired_clusters(params.problem, *entry) > 0;
   SMLA_RETURN_IF_ERROR(entry->launch(launch, stream));
   return cuda::launch_split_combine(params, num_parts, workspace, stream);
 }
