@@ -46,6 +46,22 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
+// `sparse-mla bench FLAGS --json <temp file>`: the run and the file's JSON (null when the run
+// failed or wrote nothing); the file is removed.
+struct BenchRun {
+  CliRun cli;
+  nlohmann::json json;
+};
+
+BenchRun run_bench(const std::string& flags, const char* tag) {
+  const std::string path = temp_json(tag);
+  BenchRun r;
+  r.cli = run_cli("bench " + flags + " --json " + path);
+  if (r.cli.exit_code == 0 && std::filesystem::exists(path)) r.json = read_json(path);
+  std::filesystem::remove(path);
+  return r;
+}
+
 TEST(Cli, InfoPrintsTheMachine) {
   CliRun r = run_cli("info");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -97,14 +113,11 @@ TEST(Cli, CudaBackendWithoutADeviceFails) {
 }
 
 TEST(Cli, BenchPrefillCaseWritesCountedVerifiedJson) {
-  const std::string path = temp_json("prefill");
-  CliRun r = run_cli(
-      "bench --backend cpu --op prefill --s_q 4 --s_kv 300 --h_q 16 --d_qk 576 --topk 64 "
-      "--iters 3 --json " +
-      path);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  nlohmann::json j = read_json(path);
-  std::filesystem::remove(path);
+  BenchRun run = run_bench(
+      "--backend cpu --op prefill --s_q 4 --s_kv 300 --h_q 16 --d_qk 576 --topk 64 --iters 3",
+      "prefill");
+  ASSERT_EQ(run.cli.exit_code, 0) << run.cli.output;
+  const nlohmann::json& j = run.json;
   EXPECT_EQ(j["backend"], "cpu");
   EXPECT_FALSE(j["git_commit"].get<std::string>().empty());
   EXPECT_NE(j["command"].get<std::string>().find("--json"), std::string::npos);
@@ -128,16 +141,12 @@ TEST(Cli, BenchPrefillCaseWritesCountedVerifiedJson) {
 }
 
 TEST(Cli, BenchScaledSuiteDecodeCase) {
-  const std::string path = temp_json("decode");
   // v4-flash's b=64 decode row, scaled to sqrt(0.01) * 64 = 6 requests.
-  CliRun r = run_cli(
-      "bench --backend cpu --suite v4-flash --filter 'b=64 ' --scale 0.01 --iters 3 "
-      "--json " +
-      path);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("[1/1]"), std::string::npos) << r.output;  // progress line
-  nlohmann::json j = read_json(path);
-  std::filesystem::remove(path);
+  BenchRun run =
+      run_bench("--backend cpu --suite v4-flash --filter 'b=64 ' --scale 0.01 --iters 3", "decode");
+  ASSERT_EQ(run.cli.exit_code, 0) << run.cli.output;
+  EXPECT_NE(run.cli.output.find("[1/1]"), std::string::npos) << run.cli.output;  // progress line
+  const nlohmann::json& j = run.json;
   ASSERT_EQ(j["cases"].size(), 1u);
   const nlohmann::json& c = j["cases"][0];
   EXPECT_EQ(c["suite"], "v4-flash");
@@ -163,20 +172,18 @@ TEST(Cli, BenchScaledSuiteDecodeCase) {
 }
 
 TEST(Cli, BenchDecodeScheduleBuildIsReproducible) {
-  const std::string path = temp_json("decode_build");
-  CliRun r = run_cli(
-      "bench --backend cpu --suite v4-flash --filter 'b=2 ' --scale 0.01 --iters 3 "
-      "--decode_schedule build --verify off --json " +
-      path);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  nlohmann::json j = read_json(path);
-  std::filesystem::remove(path);
-  ASSERT_EQ(j["cases"].size(), 1u);
-  const nlohmann::json& c = j["cases"][0];
+  BenchRun run = run_bench(
+      "--backend cpu --suite v4-flash --filter 'b=2 ' --scale 0.01 --iters 3 "
+      "--decode_schedule build --verify off",
+      "decode_build");
+  ASSERT_EQ(run.cli.exit_code, 0) << run.cli.output;
+  ASSERT_EQ(run.json["cases"].size(), 1u);
+  const nlohmann::json& c = run.json["cases"][0];
   EXPECT_EQ(c["decode_schedule"], "build");
   EXPECT_DOUBLE_EQ(c["median_ms_schedule_build"].get<double>(), c["median_ms"].get<double>());
   EXPECT_NE(c["reproduce"].get<std::string>().find("--decode_schedule build"), std::string::npos);
-  EXPECT_NE(r.output.find("built in every timed call"), std::string::npos) << r.output;
+  EXPECT_NE(run.cli.output.find("built in every timed call"), std::string::npos)
+      << run.cli.output;
 }
 
 }  // namespace
