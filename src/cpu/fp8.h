@@ -13,6 +13,7 @@
 #include <limits>
 
 #include "core/params.h"
+#include "core/ue8m0.h"
 #include "sparse_mla/kv_cache_format.h"
 
 namespace sparse_mla::cpu {
@@ -68,10 +69,9 @@ inline uint8_t float_to_e4m3_inline(float x) {
 
 // ue8m0: 2^(byte - 127). 0 is 2^-127 (an fp32 subnormal), 0xff is NaN (OCP MX, as torch's
 // float8_e8m0fnu reads it).
+// The bit rule is shared with the CUDA kernels (core/ue8m0.h).
 inline float ue8m0_to_float_inline(uint8_t bits) {
-  if (bits == 0) return 0x1p-127f;
-  if (bits == 0xff) return std::numeric_limits<float>::quiet_NaN();
-  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 23);
+  return std::bit_cast<float>(::sparse_mla::detail::ue8m0_fp32_bits(bits));
 }
 
 // The ue8m0 code of the smallest power of two >= s (s > 0). NaN and +inf give 0xff (NaN);

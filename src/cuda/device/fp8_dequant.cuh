@@ -9,18 +9,14 @@
 
 #include <cstdint>
 
+#include "core/ue8m0.h"
 #include "cuda/device/ptx/mma.cuh"
 
 namespace sparse_mla::cuda {
 
-// ue8m0: 2^(byte - 127); 0 -> 2^-127 (an fp32 subnormal), 0xff -> NaN (as the CPU codec reads it).
-// Branch-free: byte << 23 is the fp32 2^(byte - 127) for 1..254; the two special bytes also get
-// bit 22 (0 -> 0x00400000 = 2^-127, 0xff -> 0x7fc00000 = NaN). A branch here kept nvcc from
-// interleaving the unrolled rows of the dequantisation (ncu: the compare after the scale load
-// was its top stall).
+// ue8m0 scale byte -> fp32 (core/ue8m0.h: 0 -> 2^-127, 0xff -> NaN, branch-free).
 __device__ __forceinline__ float ue8m0_to_float(uint32_t byte) {
-  const uint32_t special = byte == 0u || byte == 0xffu ? 0x00400000u : 0u;
-  return __uint_as_float((byte << 23) | special);
+  return __uint_as_float(::sparse_mla::detail::ue8m0_fp32_bits(byte));
 }
 
 // Two e4m3 values (low byte = first) times `scale`, rounded to bf16x2 (first in the low half).
