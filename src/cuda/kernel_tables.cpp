@@ -232,9 +232,10 @@ struct DecodeLaunchShape {
 
 // Paired head groups by default for v4_fp8 only. Measured on the H200 (same build, same call,
 // 207f18a): v4_fp8 at 128 heads 0.92-0.93x the unpaired time (b = 64..256 and topk 16384), but
-// v32_fp8 at 128 heads 1.02-1.06x (slower: the pair waits for each other at two cluster barriers
-// per block). SMLA_DECODE_PAIR_HEAD_GROUPS=0 / =1 turns pairing off / on for every quantized
-// format (tests and A/B runs).
+// v32_fp8 at 128 heads 1.02-1.06x (slower; ncu: the two fenced cluster barriers per block compile
+// to MEMBAR.ALL.GPU + ERRBAR, ~11 % of the stall samples; scripts/experiments/paired-st-async.patch
+// is the prepared fix). SMLA_DECODE_PAIR_HEAD_GROUPS=0 / =1 turns pairing off / on for every
+// quantized format (tests and A/B runs).
 bool pairing_wanted(KvCacheFormat format) {
   static const int forced = [] {
     const char* v = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
