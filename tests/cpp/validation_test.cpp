@@ -208,6 +208,16 @@ struct DecodeFixture {
   }
 };
 
+// Describes and plans valid decode `args` for `backend` (the options the run must use too).
+void plan_valid_decode(const SparseDecodeArgs& args, Backend backend, RunOptions* options,
+                       DecodePlan* plan) {
+  options->backend = backend;
+  SparseDecodeProblem problem;
+  ASSERT_TRUE(describe_sparse_decode(args, &problem).ok());
+  Status planned = plan_sparse_decode(problem, plan, *options);
+  ASSERT_TRUE(planned.ok()) << planned.message();
+}
+
 struct DecodeCase {
   const char* name;
   std::function<void(SparseDecodeArgs&)> mutate;
@@ -223,12 +233,8 @@ TEST_P(DecodeValidation, RejectsWithClearMessageAndLeavesOutputs) {
   GetParam().mutate(bad);
   for (Backend backend : {Backend::kCpu, Backend::kReference}) {
     RunOptions options;
-    options.backend = backend;
-    SparseDecodeProblem problem;
-    ASSERT_TRUE(describe_sparse_decode(good, &problem).ok());
     DecodePlan plan;
-    Status planned = plan_sparse_decode(problem, &plan, options);
-    ASSERT_TRUE(planned.ok()) << planned.message();
+    ASSERT_NO_FATAL_FAILURE(plan_valid_decode(good, backend, &options, &plan));
     std::vector<uint8_t> workspace(plan.workspace_bytes + 1);
     Status s = sparse_decode(bad, plan, workspace.data(), workspace.size(),
                              DecodeSchedule::kBuild, options);
@@ -297,12 +303,9 @@ INSTANTIATE_TEST_SUITE_P(AllPaths, DecodeValidation, ::testing::ValuesIn(decode_
 TEST(DecodeValidation, ArgumentsMustMatchThePlan) {
   DecodeFixture f;
   SparseDecodeArgs a = f.args();
-  SparseDecodeProblem problem;
-  ASSERT_TRUE(describe_sparse_decode(a, &problem).ok());
-  DecodePlan plan;
   RunOptions options;
-  options.backend = Backend::kCpu;
-  ASSERT_TRUE(plan_sparse_decode(problem, &plan, options).ok());
+  DecodePlan plan;
+  ASSERT_NO_FATAL_FAILURE(plan_valid_decode(a, Backend::kCpu, &options, &plan));
   a.attn_sink.reset();
   std::vector<uint8_t> workspace(plan.workspace_bytes + 1);
   Status s = sparse_decode(a, plan, workspace.data(), workspace.size(), DecodeSchedule::kBuild,
@@ -322,12 +325,8 @@ TEST(DecodeValidation, EmptyBatchPlansAndRunsWithoutWork) {
   a.extra_topk_length->sizes[0] = 0;
   for (Backend backend : {Backend::kCpu, Backend::kReference}) {
     RunOptions options;
-    options.backend = backend;
-    SparseDecodeProblem problem;
-    ASSERT_TRUE(describe_sparse_decode(a, &problem).ok());
     DecodePlan plan;
-    Status planned = plan_sparse_decode(problem, &plan, options);
-    ASSERT_TRUE(planned.ok()) << planned.message();
+    ASSERT_NO_FATAL_FAILURE(plan_valid_decode(a, backend, &options, &plan));
     Status s = sparse_decode(a, plan, nullptr, 0, DecodeSchedule::kBuild, options);
     EXPECT_TRUE(s.ok()) << s.message();
   }
