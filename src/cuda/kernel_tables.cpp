@@ -69,14 +69,14 @@ struct PrefillEntry {
   PrefillLaunchFn launch;
   int (*smem)();
 };
-#define SMLA_PREFILL_ENTRY(DQK, ROWS, KEYS)                                      \
-  PrefillEntry {                                                                 \
-    DQK, ROWS, KEYS, pp::launch_portable_sparse_prefill<DQK, ROWS, KEYS>,        \
-        pp::prefill_smem_bytes<DQK, ROWS, KEYS>                                  \
+#define SMLA_PREFILL_ENTRY(DQK, ROWS, KEYS)                               \
+  PrefillEntry {                                                          \
+    DQK, ROWS, KEYS, pp::launch_portable_sparse_prefill<DQK, ROWS, KEYS>, \
+        pp::prefill_smem_bytes<DQK, ROWS, KEYS>                           \
   }
-#define SMLA_PREFILL_ENTRIES(DQK)                                                     \
-  SMLA_PREFILL_ENTRY(DQK, 16, 64), SMLA_PREFILL_ENTRY(DQK, 16, 32),                   \
-      SMLA_PREFILL_ENTRY(DQK, 32, 64), SMLA_PREFILL_ENTRY(DQK, 32, 32),               \
+#define SMLA_PREFILL_ENTRIES(DQK)                                       \
+  SMLA_PREFILL_ENTRY(DQK, 16, 64), SMLA_PREFILL_ENTRY(DQK, 16, 32),     \
+      SMLA_PREFILL_ENTRY(DQK, 32, 64), SMLA_PREFILL_ENTRY(DQK, 32, 32), \
       SMLA_PREFILL_ENTRY(DQK, 64, 64), SMLA_PREFILL_ENTRY(DQK, 64, 32)
 constexpr std::array<PrefillEntry, 12> kPrefillEntries{{
     SMLA_PREFILL_ENTRIES(576),
@@ -92,8 +92,9 @@ const PrefillEntry* prefill_entry(int64_t d_qk, int64_t h_q, const DeviceLimits&
                                   std::string* why_not) {
   static const int forced_keys = cuda::forced_block_keys("SMLA_PREFILL_BLOCK_KEYS");
   return cuda::choose_tile_entry(
-      std::span<const PrefillEntry>(kPrefillEntries), [&](const PrefillEntry& e) { return e.d_qk == d_qk; },
-      pp::prefill_rows_for(h_q), 64, forced_keys, limits.smem_optin, why_not);
+      std::span<const PrefillEntry>(kPrefillEntries),
+      [&](const PrefillEntry& e) { return e.d_qk == d_qk; }, pp::prefill_rows_for(h_q), 64,
+      forced_keys, limits.smem_optin, why_not);
 }
 
 bool portable_prefill_supports(const SparsePrefillProblem& problem, std::string* why_not) {
@@ -151,8 +152,8 @@ struct DecodeEntry {
         pd::decode_ctas_per_sm<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>,            \
         pd::decode_pair_clusters<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>           \
   }
-#define SMLA_DECODE_ENTRIES(FORMAT, DQK)                                            \
-  SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 32),   \
+#define SMLA_DECODE_ENTRIES(FORMAT, DQK)                                              \
+  SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 32),     \
       SMLA_DECODE_ENTRY(FORMAT, DQK, 32, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 32, 32), \
       SMLA_DECODE_ENTRY(FORMAT, DQK, 64, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 64, 32)
 constexpr std::array<DecodeEntry, 24> kDecodeEntries{{
@@ -225,24 +226,22 @@ Status decode_entry_for(const SparseDecodeProblem& problem, const char* caller,
 struct DecodeLaunchShape {
   int head_groups = 1;
   int num_parts = 1;
-  bool paired = false;
   int ctas_per_sm = 0;  // unpaired launches
-  int clusters = 0;     // paired launches: resident 2-CTA clusters on the device
+  int clusters = 0;     // paired launches: resident 2-CTA clusters on the device; 0 = unpaired
 };
 
-// Paired head groups by default for v4_fp8 only. Measured on the H200 (same build, same call,
-// 207f18a): v4_fp8 at 128 heads 0.92-0.93x the unpaired time (b = 64..256 and topk 16384), but
-// v32_fp8 at 128 heads 1.02-1.06x (slower; ncu: the two fenced cluster barriers per block compile
-// to MEMBAR.ALL.GPU + ERRBAR, ~11 % of the stall samples; scripts/experiments/paired-st-async.patch
-// is the prepared fix). SMLA_DECODE_PAIR_HEAD_GROUPS=0 / =1 turns pairing off / on for every
-// quantized format (tests and A/B runs).
+// Paired head groups by default for every quantized format (bf16 caches have no gather or
+// dequantisation to share). Measured on the H200 (one build, one call, 5c22274 + the st.async
+// publish): 128 heads, paired / unpaired time v4_fp8 0.87-0.90x, v32_fp8 0.98-0.99x (b = 64..256
+// and topk 16384); with the earlier fenced cluster barriers v32_fp8 was 1.02-1.06x.
+// SMLA_DECODE_PAIR_HEAD_GROUPS=0 / =1 turns pairing off / on (tests and A/B runs).
 bool pairing_wanted(KvCacheFormat format) {
   static const int forced = [] {
     const char* v = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
     if (v == nullptr) return -1;
     return std::string(v) == "0" ? 0 : 1;
   }();
-  return forced >= 0 ? forced == 1 : format == KvCacheFormat::kV4Fp8;
+  return forced >= 0 ? forced == 1 : format != KvCacheFormat::kBf16;
 }
 
 // entry->pair_clusters() for the current device, asked once per (entry, device): run needs it on
@@ -276,7 +275,6 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
   shape->head_groups = head_groups_of(problem, entry);
   shape->clusters = paired_clusters(problem, entry);
   if (shape->clusters > 0) {
-    shape->paired = true;
     shape->num_parts = shape->clusters;  // one part = one cluster = both head groups
     return {};
   }
@@ -310,10 +308,10 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
                  std::to_string(shape.head_groups) + " head groups of " +
                  std::to_string(entry->rows) + " rows x " + std::to_string(entry->block_keys) +
                  "-key blocks = " +
-                 (shape.paired ? std::to_string(shape.clusters) +
-                                     " resident 2-CTA clusters (the head groups share each "
-                                     "block's gather and dequantisation)"
-                               : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
+                 (shape.clusters > 0 ? std::to_string(shape.clusters) +
+                                           " resident 2-CTA clusters (the head groups share each "
+                                           "block's gather and dequantisation)"
+                                     : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
                  " on " + std::to_string(limits.sm_count) + " SMs";
   return {};
 }

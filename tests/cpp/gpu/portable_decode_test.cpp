@@ -125,14 +125,13 @@ void check_case(const verify::DecodeRecipe& recipe) {
     ASSERT_NE(plan.reason.find(std::string(" x ") + keys + "-key blocks"), std::string::npos)
         << plan.reason;
   }
-  // Paired head groups (kernel_tables.cpp): 65..128 heads of a quantized cache on sm_90, v4_fp8 by
+  // Paired head groups (kernel_tables.cpp): 65..128 heads of a quantized cache on sm_90 by
   // default; SMLA_DECODE_PAIR_HEAD_GROUPS (tests/cpp/CMakeLists.txt: gpu_decode_pairing_*) forces
   // it off / on. The launch that the plan names must be the expected one.
   DeviceInfo device;
   SMLA_ASSERT_OK(get_device_info(kGpu.index, &device));
   const char* pair_env = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
-  const bool pair_wanted = pair_env != nullptr ? std::string(pair_env) != "0"
-                                               : recipe.format == KvCacheFormat::kV4Fp8;
+  const bool pair_wanted = pair_env == nullptr || std::string(pair_env) != "0";
   const bool paired = plan.reason.find("2-CTA clusters") != std::string::npos;
   const bool may_pair = recipe.format != KvCacheFormat::kBf16 && recipe.h_q > 64 && pair_wanted;
   if (!may_pair) EXPECT_FALSE(paired) << plan.reason;

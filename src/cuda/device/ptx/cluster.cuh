@@ -30,13 +30,70 @@ __device__ __forceinline__ uint32_t map_shared_to_rank(uint32_t smem_addr, uint3
   return remote;
 }
 
-// 16 bytes to a shared::cluster address (this CTA's or a peer's shared memory).
-__device__ __forceinline__ void st_shared_cluster_16(uint32_t cluster_addr, uint4 v) {
+// 16 bytes to a peer CTA's shared memory (shared::cluster address) that also count as 16
+// transaction bytes on the mbarrier `peer_barrier` (shared::cluster address, in the same CTA as
+// the destination): the receiver waits on its own barrier instead of a fenced cluster barrier.
+__device__ __forceinline__ void st_async_16(uint32_t cluster_addr, uint4 v, uint32_t peer_barrier) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.shared::cluster.v4.b32 [%0], {%1, %2, %3, %4};\n"
-               :
-               : "r"(cluster_addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
+      :
+      : "r"(cluster_addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_barrier)
+      : "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+// mbarrier (shared::cta address): init with `count` arrivals, made visible to the cluster.
+__device__ __forceinline__ void mbarrier_init_for_cluster(uint32_t barrier, uint32_t count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "mbarrier.init.shared::cta.b64 [%0], %1;\n"
+      "fence.mbarrier_init.release.cluster;\n" ::"r"(barrier),
+      "r"(count)
+      : "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+// One arrival on `barrier` (shared::cta) that also expects `bytes` transaction bytes this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t barrier, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes)
                : "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+// Waits until the phase of `barrier` (shared::cta) with parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait_parity(uint32_t barrier, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, 0x989680;\n"
+      "@!done bra wait_%=;\n"
+      "}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+// A cluster barrier without release semantics: every thread of the cluster arrives and waits,
+// but writes made before it are not published by it (no MEMBAR / ERRBAR). Enough to say "I have
+// finished reading": a read whose value an earlier instruction already consumed is complete.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "barrier.cluster.arrive.relaxed.aligned;\n"
+      "barrier.cluster.wait.aligned;\n" ::
+          : "memory");
 #elif defined(__CUDA_ARCH__)
   __trap();
 #endif

@@ -46,7 +46,8 @@ struct RawRow {
   static_assert(Traits::kTailOffset % 16 == 0, "the bf16 tail is copied in 16-B chunks");
 };
 
-// Shared memory, in bytes (64 rows, 64 keys): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P + 41,984 raw
+// Shared memory, in bytes (64 rows, 64 keys): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P + 41,984
+// raw
 // + 2,048 row statistics + 520 row addresses + 128 flags, padded by alignment to 200,704
 // (sizeof); bf16 cache, 576 dims: 73,728 Q + 2 x 73,728 KV + 8,192 P + statistics and
 // addresses = 232,448 (sizeof): exactly sm_90's per-block limit, no headroom left.
@@ -66,6 +67,9 @@ struct DecodeSmem {
   const uint8_t* row_ptr[Shape::kBlockKeys];                   // next block's clamped data rows
   const uint8_t* scale_ptr[kScaleRows];                        // next block's scale rows (v4)
   uint8_t valid[2][Shape::kBlockKeys];                         // [2][keys] slot validity
+  // Paired head groups: the mbarrier on which the peer's st.async half of each block's bf16 tile
+  // lands (one phase per block). Fits the alignment padding of every configuration.
+  alignas(8) uint64_t peer_half_landed;
 };
 
 inline constexpr int kMaxSmemSm90 = 232448;  // opt-in shared memory per block, sm_90

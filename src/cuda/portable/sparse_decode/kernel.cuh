@@ -122,8 +122,9 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
   } else {
     static_assert(!kPaired, "bf16 rows go straight into each CTA's own tile");
     gather_rows_swizzled<Shape::kBlockKeys, Shape::kChunksPerRow, Shape::kThreads>(
-        smem_u32(sm.kv[step & 1]), thread,
-        [&](int row) { return RowSource{sm.row_ptr[row], valid[row] != 0}; });
+        smem_u32(sm.kv[step & 1]), thread, [&](int row) {
+          return RowSource{sm.row_ptr[row], valid[row] != 0};
+        });
   }
 }
 
@@ -141,11 +142,13 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
 // (unrolled by 4, addresses recomputed per row, a branch in the ue8m0 decode) still spent ~43
 // and was 52 % of the 16-row kernel's instructions.
 // Paired head groups: this CTA dequantises rows [row_base, row_base + kBlockKeys / 2) and stores
-// each chunk twice, into its own tile and (st.shared::cluster) at the same offset of the peer's
-// tile `peer_tile` (a shared::cluster address).
+// each chunk twice, into its own tile and (st.async) at the same offset of the peer's tile
+// `peer_tile`, counting 16 bytes on the peer's mbarrier `peer_barrier` (shared::cluster
+// addresses).
 template <class Shape, class Traits, bool kPaired = false>
 __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, Traits>& sm,
-                                                 int row_base = 0, uint32_t peer_tile = 0) {
+                                                 int row_base = 0, uint32_t peer_tile = 0,
+                                                 uint32_t peer_barrier = 0) {
   using Raw = RawRow<Traits>;
   constexpr int kLanes = 64;  // chunk slots of a row in the first pass
   constexpr int kQuantChunks = Traits::kQuantDims / 8;
@@ -159,7 +162,7 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
   uint8_t* tile = sm.kv[0];
   auto store = [&](uint32_t offset, uint4 value) {
     *reinterpret_cast<uint4*>(tile + offset) = value;
-    if constexpr (kPaired) ptx::st_shared_cluster_16(peer_tile + offset, value);
+    if constexpr (kPaired) ptx::st_async_16(peer_tile + offset, value, peer_barrier);
   };
   const int chunk = thread % kLanes;
   const int row0 = row_base + thread / kLanes;  // row_base is a multiple of 8
@@ -194,8 +197,7 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
     const uint8_t* tail = raw_rows + Traits::kTailOffset + 16 * (chunk - kQuantChunks);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
-      store(tile_offset(i),
-            *reinterpret_cast<const uint4*>(tail + i * kRowsPerPass * Raw::kPitch));
+      store(tile_offset(i), *reinterpret_cast<const uint4*>(tail + i * kRowsPerPass * Raw::kPitch));
     }
   }
   if constexpr (kLateChunks > 0) {
@@ -301,20 +303,25 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   // two CTAs of a cluster hold the two 64-head halves of the same query and walk the same blocks.
   // Each gathers and dequantises half of every block's rows and writes the bf16 chunks into both
   // tiles (FlashMLA's "crossover"), so the pair gathers and converts each row once instead of
-  // twice. The two block barriers become cluster barriers: the first also means "the peer is done
-  // reading its tile", the second "both halves of both tiles are written".
+  // twice. Per block: a relaxed cluster barrier ("both CTAs have finished reading their tiles";
+  // no fence), then each CTA stores its half locally and into the peer with st.async, which
+  // counts the bytes on the peer's mbarrier `peer_half_landed`; a CTA barrier publishes the local
+  // half and the mbarrier wait the peer's. (A fenced cluster barrier in that place compiled to
+  // MEMBAR.ALL.GPU + ERRBAR + CCTL.IVALL and held ~11 % of the stall samples.)
   constexpr bool kCanPair = Smem::kQuantized;
+  constexpr uint32_t kHalfTileBytes =
+      static_cast<uint32_t>(Shape::kBlockKeys / 2 * Shape::kChunksPerRow * 16);
   const bool paired = kCanPair && launch.pair_head_groups;
   const uint32_t rank = paired ? ptx::cluster_ctarank() : 0u;
   const int row_base = static_cast<int>(rank) * (Shape::kBlockKeys / 2);
   const uint32_t peer_tile = paired ? ptx::map_shared_to_rank(smem_u32(sm.kv[0]), rank ^ 1u) : 0u;
-  auto block_sync = [&] {
-    if (paired) {
-      ptx::cluster_sync();
-    } else {
-      __syncthreads();
-    }
-  };
+  const uint32_t landed = smem_u32(&sm.peer_half_landed);
+  const uint32_t peer_landed = paired ? ptx::map_shared_to_rank(landed, rank ^ 1u) : 0u;
+  uint32_t landed_parity = 0;  // parity of the next phase of peer_half_landed (one per block)
+  if (paired) {
+    if (thread == 0) ptx::mbarrier_init_for_cluster(landed, 1);
+    ptx::cluster_sync();  // both barriers initialised before any st.async names them
+  }
   auto load_rows = [&](int step) {
     if constexpr (kCanPair) {
       if (paired) {
@@ -351,10 +358,16 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
       // barrier and the dequantisation below.
       const int32_t next_index = has_next ? slot_index<Shape>(lists, block + 1, thread) : -1;
       ptx::cp_async_wait<0>();
-      block_sync();  // this block's bytes landed; every warp (of both CTAs) is done with the tiles
+      // This block's bytes landed; every warp (of both CTAs, when paired) is done with the tiles.
+      if (paired) {
+        ptx::cluster_sync_relaxed();
+      } else {
+        __syncthreads();
+      }
       if constexpr (kCanPair) {
         if (paired) {
-          dequantize_block<Shape, Traits, true>(thread, sm, row_base, peer_tile);
+          if (thread == 0) ptx::mbarrier_arrive_expect_tx(landed, kHalfTileBytes);
+          dequantize_block<Shape, Traits, true>(thread, sm, row_base, peer_tile, peer_landed);
         } else {
           dequantize_block<Shape, Traits>(thread, sm);
         }
@@ -362,7 +375,11 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
       if (has_next) {
         stage_block_rows<Shape, Traits>(p, lists, block + 1, step + 1, thread, next_index, sm);
       }
-      block_sync();  // the bf16 tile is complete (both halves, when paired)
+      __syncthreads();  // the bf16 tile is complete (this CTA's half, when paired)
+      if (paired) {
+        ptx::mbarrier_wait_parity(landed, landed_parity);  // ... and the peer's half
+        landed_parity ^= 1u;
+      }
       if (has_next) {
         load_rows(step + 1);
         ptx::cp_async_commit();
@@ -379,8 +396,8 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
     finish_rows<Shape>(acc, sm.red_sum, w, l_total);
     store_piece<Shape>(launch, b, s, slot, head0, w, acc, l_total);
   }
-  // No CTA of a pair leaves while its peer may still write into its tile (the writes end before
-  // the last block's second barrier, which both pass; this one is the documented exit rule).
+  // No CTA of a pair leaves while its own st.async into the peer may be in flight or the peer may
+  // still write into it (the documented exit rule for distributed shared memory).
   if (paired) ptx::cluster_sync();
 }
 
@@ -435,7 +452,8 @@ int decode_pair_clusters() {
     int device = 0, major = 0, clusters = 0;
     cudaFuncAttributes attributes;
     cudaLaunchAttribute cluster;
-    const cudaLaunchConfig_t config = pair_launch_config(1, Shape::kThreads, smem, nullptr, &cluster);
+    const cudaLaunchConfig_t config =
+        pair_launch_config(1, Shape::kThreads, smem, nullptr, &cluster);
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
         cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess || major < 9 ||
@@ -461,9 +479,10 @@ Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t st
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   if (launch.pair_head_groups) {
     if (head_groups != 2 || !DecodeSmem<Shape, Traits>::kQuantized) {
-      return {StatusCode::kInternal, "portable_sparse_decode: a paired launch needs a quantized "
-                                     "cache and 2 head groups, got " +
-                                         std::to_string(head_groups)};
+      return {StatusCode::kInternal,
+              "portable_sparse_decode: a paired launch needs a quantized "
+              "cache and 2 head groups, got " +
+                  std::to_string(head_groups)};
     }
     cudaLaunchAttribute cluster;
     const cudaLaunchConfig_t config =
