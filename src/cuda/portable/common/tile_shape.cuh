@@ -29,6 +29,7 @@ struct TileShape {
   static constexpr int kColsPerWarp = kDv / kKeyGroups;         // 128 = sixteen n8 tiles
   static constexpr int kColTiles = kColsPerWarp / 8;
   static constexpr int kChunksPerRow = kDqk / 8;  // 16-B chunks of a bf16 row
+  static constexpr int kPanels = kDqk / 64;       // 64-dim panels of a row: 9 or 8
   static constexpr int kQBytes = kRows * kDqk * 2;
   static constexpr int kKvTileBytes = kBlockKeys * kDqk * 2;
   // P rows are swizzled 128-B rows (tile_chunk_offset) whatever kBlockKeys: [kRows, 64] bf16.

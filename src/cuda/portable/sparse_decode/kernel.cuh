@@ -4,7 +4,9 @@
 //   load       stage the next block's clamped row addresses, cp.async raw token bytes (FP8) or
 //              bf16 rows; invalid slots are zero-filled and never read;
 //   dequantise raw e4m3 x fp32 scale -> bf16 tile (exact scale, kv_cache_traits.cuh offsets);
-//   score/softmax/accumulate  the MMA core shared with prefill (common/tile_attention.cuh);
+//   score/softmax/accumulate  the MMA core (mma_core.cuh: the 64-row x 64-key tile runs the wide
+//              tiling of the 64-row prefill, every other tile the core shared with the 16/32-row
+//              prefill);
 //   store      unsplit query: bf16 out (sink applied) + natural-log lse; split piece:
 //              normalised fp32 partial_out + log2 partial_lse for the combine kernel.
 #pragma once
@@ -14,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
@@ -22,9 +25,9 @@
 #include "cuda/device/online_softmax.cuh"
 #include "cuda/device/ptx/cluster.cuh"
 #include "cuda/device/ptx/cp_async.cuh"
-#include "cuda/portable/common/tile_attention.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
+#include "cuda/portable/sparse_decode/mma_core.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "planning/decode_schedule_builder.h"
 
@@ -232,70 +235,24 @@ __device__ __forceinline__ void load_q(const detail::DecodeParams& p, int64_t b,
       });
 }
 
-// store. slot < 0: the query is processed whole here: out [b, s_q, h_q, 512] bf16 with the sink,
-// lse natural log (+inf, out 0 without a valid slot). slot >= 0: partial_out [slot, h_q, 512]
-// fp32 normalised by the piece's sum, partial_lse [slot, h_q] log2 domain (-inf when empty).
-template <class Shape>
-__device__ __forceinline__ void store_piece(const DecodeLaunch& launch, int64_t b, int64_t s,
-                                            int32_t slot, int head0, const WarpPlace& w,
-                                            const WarpAccum<Shape>& acc,
-                                            const float (&l_total)[Shape::kMTiles][2]) {
-  const detail::DecodeParams& p = launch.p;
-  const int64_t h_q = p.problem.h_q;
-  const int g = w.lane >> 2, t = w.lane & 3;
-#pragma unroll
-  for (int mt = 0; mt < Shape::kMTiles; ++mt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int head = head0 + w.row0 + mt * 16 + half * 8 + g;
-      if (head >= h_q) continue;
-      const float m = acc.m[mt][half];
-      const float l = l_total[mt][half];
-      const bool empty = !(l > 0.0f);
-      if (slot < 0) {
-        const float* sink =
-            p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
-        const float scale = empty ? 0.0f : output_scale(m, l, sink);
-        uint16_t* out_row = p.out + b * p.out_stride_b + s * p.out_stride_s +
-                            head * p.out_stride_h + w.col0 + 2 * t;
-#pragma unroll
-        for (int n = 0; n < Shape::kColTiles; ++n) {
-          *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
-              ptx::pack_bf16x2(acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
-        }
-        if (w.key_group == 0 && t == 0) {
-          p.lse[b * p.lse_stride_b + s * p.lse_stride_s + head * p.lse_stride_h] =
-              empty ? INFINITY : (m + log2f(l)) * kLn2;
-        }
-      } else {
-        const float scale = empty ? 0.0f : 1.0f / l;
-        float* out_row =
-            launch.partial_out + (static_cast<int64_t>(slot) * h_q + head) * 512 + w.col0 + 2 * t;
-#pragma unroll
-        for (int n = 0; n < Shape::kColTiles; ++n) {
-          *reinterpret_cast<float2*>(out_row + 8 * n) =
-              make_float2(acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
-        }
-        if (w.key_group == 0 && t == 0) {
-          launch.partial_lse[static_cast<int64_t>(slot) * h_q + head] =
-              empty ? -INFINITY : m + log2f(l);
-        }
-      }
-    }
-  }
-}
-
 template <class Shape, class Traits>
 __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
     portable_sparse_decode_kernel(const DecodeLaunch launch) {
   using Smem = DecodeSmem<Shape, Traits>;
+  using Core = DecodeCore<Shape>;
   extern __shared__ __align__(1024) uint8_t smem_bytes[];
   auto& sm = *reinterpret_cast<Smem*>(smem_bytes);
   const detail::DecodeParams& p = launch.p;
   const int thread = threadIdx.x;
   const int head0 = static_cast<int>(blockIdx.y) * Shape::kRows;
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
-  const WarpPlace w = warp_place<Shape>(thread);
+  const typename Core::Place w = [&] {
+    if constexpr (std::is_same_v<Core, WideCore<Shape>>) {
+      return wide_place(thread);
+    } else {
+      return warp_place<Shape>(thread);
+    }
+  }();
   const float scale_log2 = p.softmax_scale * kLog2e;
   const int64_t s_q = p.problem.s_q;
 
@@ -340,7 +297,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
     const int32_t slot = planning::piece_partial_slot(part, query, launch.split_offsets);
 
     __syncthreads();  // the previous piece is done with Q, the tiles and the scratch arrays
-    WarpAccum<Shape> acc;
+    typename Core::Accum acc;
     acc.reset();
     load_q<Shape, Traits>(p, b, s, head0, thread, sm);
     if (block_begin < block_end) {
@@ -385,16 +342,10 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
         ptx::cp_async_commit();
       }
       const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
-      ScoreTile<Shape> scores;
-      score_block<Shape>(smem_u32(sm.q), tile, w, scores);
-      softmax_block<Shape>(scores, sm.valid[step & 1], scale_log2, sm.red_max, sm.p, w, acc);
-      accumulate_block<Shape>(smem_u32(sm.p), tile, w, acc);
+      Core::process_block(sm, tile, sm.valid[step & 1], scale_log2, w, acc);
     }
     ptx::cp_async_wait<0>();
-
-    float l_total[Shape::kMTiles][2];
-    finish_rows<Shape>(acc, sm.red_sum, w, l_total);
-    store_piece<Shape>(launch, b, s, slot, head0, w, acc, l_total);
+    Core::store(sm, PieceTarget{&launch, b, s, slot, head0}, w, acc);
   }
   // No CTA of a pair leaves while its own st.async into the peer may be in flight or the peer may
   // still write into it (the documented exit rule for distributed shared memory).

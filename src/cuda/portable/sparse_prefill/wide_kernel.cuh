@@ -1,9 +1,10 @@
-// The 64-row portable prefill kernel (h_q > 32; config.cuh WideShape, wide_tile.cuh): one CTA =
-// one query token x 64 heads, 8 warps, the token's slots in 64-key blocks, double-buffered
-// cp.async gathers. Per block i: wait for block i's rows, __syncthreads; issue block i+1's rows
-// into the other buffer and fetch block i+2's indices; score (split d_qk) -> exchange -> softmax
-// (2 __syncthreads) -> accumulate. No address staging in shared memory: each thread gathers 16-B
-// chunks q, q+4, ... of one row (row = thread / 4), so it needs one index per block.
+// The 64-row portable prefill kernel (h_q > 32; config.cuh WideShape,
+// common/wide_tile_attention.cuh): one CTA = one query token x 64 heads, 8 warps, the token's slots
+// in 64-key blocks, double-buffered cp.async gathers. Per block i: wait for block i's rows,
+// __syncthreads; issue block i+1's rows into the other buffer and fetch block i+2's indices; score
+// (split d_qk) -> exchange -> softmax (2 __syncthreads) -> accumulate. No address staging in shared
+// memory: each thread gathers 16-B chunks q, q+4, ... of one row (row = thread / 4), so it needs
+// one index per block.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,9 +15,9 @@
 #include "core/params.h"
 #include "cuda/device/online_softmax.cuh"
 #include "cuda/device/ptx/cp_async.cuh"
+#include "cuda/portable/common/wide_tile_attention.cuh"
 #include "cuda/portable/sparse_prefill/config.cuh"
 #include "cuda/portable/sparse_prefill/token_slots.cuh"
-#include "cuda/portable/sparse_prefill/wide_tile.cuh"
 
 namespace sparse_mla::cuda::portable_prefill {
 

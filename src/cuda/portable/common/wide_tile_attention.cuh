@@ -1,10 +1,12 @@
-// The per-warp math of the 64-row prefill CTA (config.cuh, WideShape) on one 64-key block:
+// The per-warp math of the 64-row x 64-key CTA tile, shared by the portable prefill
+// (sparse_prefill/config.cuh WideShape) and decode (sparse_decode/mma_core.cuh) kernels, on one
+// 64-key block (8 warps; Shape needs kRows = 64, kBlockKeys = 64, kPanels = d_qk / 64):
 //   score     partial S = Q K^T of the warp's 32x32 tile over its half of d_qk;
 //   exchange  the two halves of a tile meet through shared memory: warp g keeps m16 tile g;
 //   softmax   row max over the 2 key halves (shared memory + __syncthreads), running max/sum,
 //             P = exp2(S - m) to shared memory as bf16, the rows' rescale factors to alpha[];
 //   accumulate O[64 rows, 64 columns] = O * alpha + P V (V = the first 512 dims of the tile);
-//   finish    row sums over the key halves, output scales (sink), lse and max_logits.
+// (The finish — row sums over the key halves, output scales, stores — is each kernel's own.)
 #pragma once
 
 #include <cmath>
@@ -16,12 +18,12 @@
 #include "cuda/device/ptx/mma.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/portable/common/tile_attention.cuh"
-#include "cuda/portable/sparse_prefill/config.cuh"
 
-namespace sparse_mla::cuda::portable_prefill {
+namespace sparse_mla::cuda {
 
-// Where warp `warp` works (see config.cuh): d_qk half g, row half rh, key half kh; after the
-// exchange it owns score rows [own_row0, +16); in P.V it owns output columns [col0, +64).
+// Where warp `warp` works (see sparse_prefill/config.cuh, WideShape): d_qk half g, row half rh,
+// key half kh; after the exchange it owns score rows [own_row0, +16); in P.V it owns output
+// columns [col0, +64).
 struct WidePlace {
   int lane, g, rh, kh, own_row0, col0;
 };
@@ -240,4 +242,4 @@ __device__ __forceinline__ void wide_accumulate(uint32_t p_tile, uint32_t kv_til
   }
 }
 
-}  // namespace sparse_mla::cuda::portable_prefill
+}  // namespace sparse_mla::cuda

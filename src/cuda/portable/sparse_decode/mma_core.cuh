@@ -1,0 +1,187 @@
+// The MMA core of the decode split kernel: what one CTA does with a block whose bf16 tile is in
+// shared memory (score, softmax, accumulate) and how it stores a finished piece. Two cores:
+//   NarrowCore  the tiling shared with the 16/32-row prefill (common/tile_attention.cuh): warps
+//               of a row group score 16 (or 8) keys each over all of d_qk and accumulate 128
+//               output columns. Every tile but the 64-row x 64-key one.
+//   WideCore    the 64-row x 64-key tiling of the 64-row prefill (common/wide_tile_attention.cuh):
+//               QK^T split over d_qk in 32x32 warp tiles, P.V in 64-row x 64-column warp tiles,
+//               ~20 % fewer shared-memory bytes per block (the bound of this core on the H200;
+//               docs/kernels/portable_sparse_prefill.md, "Version 2").
+// DecodeCore<Shape> picks one. Both use only DecodeSmem's q, p and statistics arrays.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/params.h"
+#include "cuda/device/online_softmax.cuh"
+#include "cuda/portable/common/tile_attention.cuh"
+#include "cuda/portable/common/wide_tile_attention.cuh"
+#include "cuda/portable/sparse_decode/config.cuh"
+#include "cuda/portable/sparse_decode/launch.h"
+
+namespace sparse_mla::cuda::portable_decode {
+
+// Where a finished piece goes. slot < 0: the query is processed whole here: out [b, s_q, h_q, 512]
+// bf16 with the sink, lse natural log (+inf, out 0 without a valid slot). slot >= 0:
+// partial_out [slot, h_q, 512] fp32 normalised by the piece's sum, partial_lse [slot, h_q] log2
+// domain (-inf when empty).
+struct PieceTarget {
+  const DecodeLaunch* launch;
+  int64_t b, s;
+  int32_t slot;
+  int head0;
+};
+
+// Per row: the factor its accumulated O is multiplied by, after writing the row's lse.
+__device__ __forceinline__ float finish_row(const PieceTarget& to, int head, float m, float l,
+                                            bool write_lse) {
+  const detail::DecodeParams& p = to.launch->p;
+  const bool empty = !(l > 0.0f);
+  if (to.slot < 0) {
+    if (write_lse) {
+      p.lse[to.b * p.lse_stride_b + to.s * p.lse_stride_s + head * p.lse_stride_h] =
+          empty ? INFINITY : (m + log2f(l)) * kLn2;
+    }
+    const float* sink = p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
+    return empty ? 0.0f : output_scale(m, l, sink);
+  }
+  if (write_lse) {
+    to.launch->partial_lse[static_cast<int64_t>(to.slot) * p.problem.h_q + head] =
+        empty ? -INFINITY : m + log2f(l);
+  }
+  return empty ? 0.0f : 1.0f / l;
+}
+
+// Columns col .. col + 8 * kTiles (step 8, two per lane: o[n][i0], o[n][i0 + 1]) of one row.
+template <int kTiles>
+__device__ __forceinline__ void store_row(const PieceTarget& to, int head, int col,
+                                          const float (&o)[kTiles][4], int i0, float scale) {
+  const detail::DecodeParams& p = to.launch->p;
+  if (to.slot < 0) {
+    uint16_t* out_row =
+        p.out + to.b * p.out_stride_b + to.s * p.out_stride_s + head * p.out_stride_h + col;
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+      *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
+          ptx::pack_bf16x2(o[n][i0] * scale, o[n][i0 + 1] * scale);
+    }
+  } else {
+    float* out_row =
+        to.launch->partial_out + (static_cast<int64_t>(to.slot) * p.problem.h_q + head) * 512 + col;
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n) {
+      *reinterpret_cast<float2*>(out_row + 8 * n) =
+          make_float2(o[n][i0] * scale, o[n][i0 + 1] * scale);
+    }
+  }
+}
+
+template <class Shape>
+struct NarrowCore {
+  using Place = WarpPlace;
+  using Accum = WarpAccum<Shape>;
+  template <class Smem>
+  __device__ __forceinline__ static void process_block(Smem& sm, uint32_t tile,
+                                                       const uint8_t* valid, float scale_log2,
+                                                       const Place& w, Accum& acc) {
+    ScoreTile<Shape> scores;
+    score_block<Shape>(smem_u32(sm.q), tile, w, scores);
+    softmax_block<Shape>(scores, valid, scale_log2, sm.red_max, sm.p, w, acc);
+    accumulate_block<Shape>(smem_u32(sm.p), tile, w, acc);
+  }
+  template <class Smem>
+  __device__ __forceinline__ static void store(Smem& sm, const PieceTarget& to, const Place& w,
+                                               const Accum& acc) {
+    float l_total[Shape::kMTiles][2];
+    finish_rows<Shape>(acc, sm.red_sum, w, l_total);
+    const int64_t h_q = to.launch->p.problem.h_q;
+    const int g = w.lane >> 2, t = w.lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < Shape::kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int head = to.head0 + w.row0 + mt * 16 + half * 8 + g;
+        if (head >= h_q) continue;
+        const float scale =
+            finish_row(to, head, acc.m[mt][half], l_total[mt][half], w.key_group == 0 && t == 0);
+        store_row(to, head, w.col0 + 2 * t, acc.o[mt], 2 * half, scale);
+      }
+    }
+  }
+};
+
+// Statistics arrays of DecodeSmem as the wide tiling uses them: red [2][64] (row max, then row
+// sums, per key half) and alpha [64] in red_max, the rows' output scales in red_sum.
+template <class Shape>
+struct WideCore {
+  using Place = WidePlace;
+  using Accum = WideAccum<Shape>;
+  static_assert(Shape::kRows == 64 && Shape::kBlockKeys == 64 && Shape::kWarps == 8);
+  static_assert(Shape::kKeyGroups * Shape::kRows >= 3 * 64, "red + alpha fit red_max");
+
+  template <class Smem>
+  __device__ __forceinline__ static float (&red(Smem& sm))[2][64] {
+    return *reinterpret_cast<float(*)[2][64]>(sm.red_max);
+  }
+  template <class Smem>
+  __device__ __forceinline__ static float* alpha(Smem& sm) {
+    return sm.red_max + 2 * 64;
+  }
+  template <class Smem>
+  __device__ __forceinline__ static void process_block(Smem& sm, uint32_t tile,
+                                                       const uint8_t* valid, float scale_log2,
+                                                       const Place& w, Accum& acc) {
+    float s[2][4][4], own[4][4];
+    wide_score<Shape>(smem_u32(sm.q), tile, w, s);
+    // The exchange's scratch is the P tile, free until the softmax writes P (after its first
+    // __syncthreads, which every exchange read precedes).
+    wide_exchange(s, reinterpret_cast<float*>(sm.p), w, own);
+    wide_softmax<Shape>(own, valid, scale_log2, red(sm), alpha(sm), sm.p, w, acc);
+    wide_accumulate<Shape>(smem_u32(sm.p), tile, alpha(sm), w, acc);
+  }
+  // Row sums over the key halves; the owners (kh 0) write lse and the rows' scales; then every
+  // warp stores its 64 rows x 64 columns.
+  template <class Smem>
+  __device__ __forceinline__ static void store(Smem& sm, const PieceTarget& to, const Place& w,
+                                               const Accum& acc) {
+    const int64_t h_q = to.launch->p.problem.h_q;
+    const int gq = w.lane >> 2, t = w.lane & 3;
+    float(&sums)[2][64] = red(sm);
+    float* out_scale = sm.red_sum;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = quad_sum(acc.l[half]);
+      if (t == 0) sums[w.kh][w.own_row0 + 8 * half + gq] = l;
+    }
+    __syncthreads();
+    if (w.kh == 0 && t == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = w.own_row0 + 8 * half + gq;
+        const int head = to.head0 + row;
+        if (head < h_q) {
+          out_scale[row] = finish_row(to, head, acc.m[half], sums[0][row] + sums[1][row], true);
+        }
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = 16 * mt + 8 * half + gq;
+        const int head = to.head0 + row;
+        if (head >= h_q) continue;
+        store_row(to, head, w.col0 + 2 * t, acc.o[mt], 2 * half, out_scale[row]);
+      }
+    }
+  }
+};
+
+template <class Shape>
+using DecodeCore = std::conditional_t<Shape::kRows == 64 && Shape::kBlockKeys == 64,
+                                      WideCore<Shape>, NarrowCore<Shape>>;
+
+}  // namespace sparse_mla::cuda::portable_decode
