@@ -271,7 +271,9 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   const bool paired = kCanPair && launch.pair_head_groups;
   const uint32_t rank = paired ? ptx::cluster_ctarank() : 0u;
   const int row_base = static_cast<int>(rank) * (Shape::kBlockKeys / 2);
+  const uint32_t peer_tile = paired ? ptx::map_shared_to_rank(smem_u32(sm.kv[0]), rank ^ 1u) : 0u;
   const uint32_t landed = smem_u32(&sm.peer_half_landed);
+  const uint32_t peer_landed = paired ? ptx::map_shared_to_rank(landed, rank ^ 1u) : 0u;
   uint32_t landed_parity = 0;  // parity of the next phase of peer_half_landed (one per block)
   if (paired) {
     if (thread == 0) ptx::mbarrier_init_for_cluster(landed, 1);
@@ -322,11 +324,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
       if constexpr (kCanPair) {
         if (paired) {
           if (thread == 0) ptx::mbarrier_arrive_expect_tx(landed, kHalfTileBytes);
-          // The peer's addresses are mapped here, not held across the loop: two fewer registers
-          // live through the MMA core (the 576-dim wide core otherwise spilled 12 bytes).
-          dequantize_block<Shape, Traits, true>(
-              thread, sm, row_base, ptx::map_shared_to_rank(smem_u32(sm.kv[0]), rank ^ 1u),
-              ptx::map_shared_to_rank(landed, rank ^ 1u));
+          dequantize_block<Shape, Traits, true>(thread, sm, row_base, peer_tile, peer_landed);
         } else {
           dequantize_block<Shape, Traits>(thread, sm);
         }
