@@ -29,13 +29,14 @@ build() {  # build SOURCE_DIR BUILD_DIR
     -DSMLA_CUDA_ARCHS=90a -DSMLA_BUILD_TESTS=OFF -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
     "-DCMAKE_PREFIX_PATH=$1/.gpu-deps" >/dev/null && cmake --build "$2" -j 8 --target sparse-mla >/dev/null
 }
-build "$ROOT" /tmp/ab-a & a_pid=$!
-build "$B_TREE" /tmp/ab-b & b_pid=$!
+BUILDS=$(mktemp -d)  # fresh per call: a warm machine keeps /tmp, and CMake refuses a moved source
+build "$ROOT" "$BUILDS/a" & a_pid=$!
+build "$B_TREE" "$BUILDS/b" & b_pid=$!
 wait $a_pid && wait $b_pid
 
 for round in 1 2; do
   for side in a b; do
-    /tmp/ab-$side/sparse-mla bench --backend cuda --verify off --iters 20 "${BENCH_FLAGS[@]}" \
+    "$BUILDS/$side/sparse-mla" bench --backend cuda --verify off --iters 20 "${BENCH_FLAGS[@]}" \
       --json "$OUT_DIR/$side-$round.json" >/dev/null
   done
 done
