@@ -32,7 +32,8 @@ build() {  # build SOURCE_DIR BUILD_DIR
 BUILDS=$(mktemp -d)  # fresh per call: a warm machine keeps /tmp, and CMake refuses a moved source
 build "$ROOT" "$BUILDS/a" & a_pid=$!
 build "$B_TREE" "$BUILDS/b" & b_pid=$!
-wait $a_pid && wait $b_pid
+wait $a_pid || { echo "gpu_ab: build A failed"; exit 1; }
+wait $b_pid || { echo "gpu_ab: build B failed"; exit 1; }
 
 for round in 1 2; do
   for side in a b; do

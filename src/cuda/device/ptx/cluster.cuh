@@ -1,6 +1,7 @@
 // Thread-block clusters and distributed shared memory (sm_90+): the rank of this CTA in its
-// cluster, the shared::cluster address of a variable in another CTA of the cluster, 16-B stores
-// into it, and the cluster-wide barrier (cuda-techniques.md §6). Code compiled for an older
+// cluster, the shared::cluster address of a variable in another CTA of the cluster, 16-B
+// st.async stores into it counted on its mbarrier (init, arrive.expect_tx, parity wait), and the
+// cluster-wide barriers, fenced and relaxed (cuda-techniques.md §6). Code compiled for an older
 // architecture traps: the host launches cluster kernels only where the loaded code is sm_90+
 // (cudaFuncAttributes::ptxVersion >= 90).
 #pragma once

@@ -1,8 +1,8 @@
 // Compile-time configuration and shared-memory plan of the portable (sm_80+) sparse decode split
 // kernel: one CTA = one part of the split-KV schedule x one head group. For each query piece of
 // its part it gathers blocks of 64 (or, compact tiles, 32) slots of the main then the extra list,
-// dequantises FP8 rows to bf16 in shared memory, and runs the same MMA core as prefill
-// (common/tile_attention.cuh).
+// dequantises FP8 rows to bf16 in shared memory, and runs an MMA core shared with prefill
+// (mma_core.cuh: the wide tiling for 64 rows x 64 keys, the narrow one otherwise).
 #pragma once
 
 #include <cstdint>
