@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
-# A/B two versions of the tree in one device call (the device tool's time is scarce): builds the
-# tree as it is (A) and the tree with PATCH applied (B) in parallel (CLI only, Release, sm_90a),
-# runs `sparse-mla bench` on both, alternating A, B, A, B so drift hits both alike, and prints
-# B / A per case (the lower median of each side's two runs) with the geometric means.
+# A/B two versions of the tree in one device call (the device tool's time is scarce): the tree as
+# it is (A) and the tree with PATCH applied (B), `sparse-mla bench` on both, alternating A, B, A,
+# B so drift hits both alike, then B / A per case (the lower median of each side's two runs) with
+# the geometric means.
 #
 #   git diff > ab.patch      (the change to measure; leave it untracked so it travels)
 #   git stash                (or commit A first: the device gets the working tree as A)
 #   scripts/gpu_ab.sh OUT_DIR ab.patch [BENCH FLAGS...]   default flags: --suite all
 #
+# Environment:
+#   SMLA_AB_A_BIN=PATH   an existing sparse-mla of A (e.g. build-gpu/sparse-mla after
+#                        scripts/gpu_check.sh): A is not built again.
+#   SMLA_AB_B_CHECK=1    B is built and checked by its own scripts/gpu_check.sh (GPU tests,
+#                        memcheck + racecheck on SMLA_SANITIZER_FILTER, no benchmarks) into
+#                        OUT_DIR/b-check before the A/B; a failed check stops the A/B.
+#   SMLA_AB_ENV="K=V ..." environment for both sides' bench runs and B's check (e.g.
+#                        SMLA_DECODE_PAIR_HEAD_GROUPS=1 to force a launch choice).
+# Otherwise both sides build the CLI only (Release, sm_90a) in parallel.
 # Writes OUT_DIR/{a-1,b-1,a-2,b-2}.json and OUT_DIR/ab.txt. Needs .gpu-deps (carry it; see
-# gpu_check.sh --prepare-deps) for nlohmann_json. Used for the O-rescale A/B in
-# benchmarks/results/ab-o-rescale-skip-2026-11-29/.
+# gpu_check.sh --prepare-deps). Used for the A/B folders in benchmarks/results/ab-*.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT_DIR=${1:?usage: gpu_ab.sh OUT_DIR PATCH [BENCH FLAGS...]}
@@ -18,6 +26,7 @@ PATCH=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 shift 2
 BENCH_FLAGS=("$@")
 [[ ${#BENCH_FLAGS[@]} == 0 ]] && BENCH_FLAGS=(--suite all)
+read -r -a AB_ENV <<<"${SMLA_AB_ENV:-}"
 mkdir -p "$OUT_DIR"
 
 B_TREE=$(mktemp -d)
@@ -30,18 +39,34 @@ build() {  # build SOURCE_DIR BUILD_DIR
     "-DCMAKE_PREFIX_PATH=$1/.gpu-deps" >/dev/null && cmake --build "$2" -j 8 --target sparse-mla >/dev/null
 }
 BUILDS=$(mktemp -d)  # fresh per call: a warm machine keeps /tmp, and CMake refuses a moved source
-build "$ROOT" "$BUILDS/a" & a_pid=$!
-build "$B_TREE" "$BUILDS/b" & b_pid=$!
-wait $a_pid || { echo "gpu_ab: build A failed"; exit 1; }
-wait $b_pid || { echo "gpu_ab: build B failed"; exit 1; }
+pids=()
+if [[ -n ${SMLA_AB_A_BIN:-} ]]; then
+  A_BIN=$(cd "$(dirname "$SMLA_AB_A_BIN")" && pwd)/$(basename "$SMLA_AB_A_BIN")
+else
+  A_BIN=$BUILDS/a/sparse-mla
+  build "$ROOT" "$BUILDS/a" & pids+=($!)
+fi
+if [[ ${SMLA_AB_B_CHECK:-0} == 1 ]]; then
+  B_BIN=$B_TREE/build-gpu/sparse-mla
+  for pid in "${pids[@]}"; do wait "$pid" || { echo "gpu_ab: build A failed"; exit 1; }; done
+  pids=()
+  env "${AB_ENV[@]}" SMLA_BENCH_SUITES=none SMLA_GPU_CHECK_BUDGET_S=300 \
+    bash "$B_TREE/scripts/gpu_check.sh" "$OUT_DIR/b-check" | tail -8 ||
+    { echo "gpu_ab: B's gpu_check failed (see $OUT_DIR/b-check)"; exit 1; }
+else
+  B_BIN=$BUILDS/b/sparse-mla
+  build "$B_TREE" "$BUILDS/b" & pids+=($!)
+fi
+for pid in "${pids[@]}"; do wait "$pid" || { echo "gpu_ab: a build failed"; exit 1; }; done
 
 for round in 1 2; do
   for side in a b; do
-    "$BUILDS/$side/sparse-mla" bench --backend cuda --verify off --iters 20 "${BENCH_FLAGS[@]}" \
+    bin=$A_BIN
+    [[ $side == b ]] && bin=$B_BIN
+    env "${AB_ENV[@]}" "$bin" bench --backend cuda --verify off --iters 20 "${BENCH_FLAGS[@]}" \
       --json "$OUT_DIR/$side-$round.json" >/dev/null
   done
 done
-
 python3 - "$OUT_DIR" <<'EOF' | tee "$OUT_DIR/ab.txt"
 import json, math, sys
 out = sys.argv[1]

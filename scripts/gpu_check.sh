@@ -9,8 +9,9 @@
 #                                        and nlohmann_json into .gpu-deps/ for a machine without
 #                                        them and without network (the device image): carry it
 # Files written (7, flat): machine.txt build.log gpu_tests.log sanitizer.log bench.log bench.json
-# summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"), SMLA_SANITIZER_FILTER (gtest
-# filter), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
+# summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"; "none" skips the benchmarks),
+# SMLA_SANITIZER_FILTER (gtest filter), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under
+# the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json).
 set -uo pipefail
 
@@ -129,6 +130,10 @@ for tool in memcheck racecheck; do
 done
 
 # ---- benchmarks -------------------------------------------------------------------------------
+if [[ $BENCH_SUITES == none ]]; then
+  row bench "skipped (SMLA_BENCH_SUITES=none)" 0 -
+  finish
+fi
 t0=$(date +%s)
 timeout "$(left 10)" "$BUILD/sparse-mla" bench --backend cuda --suite "$BENCH_SUITES" \
   --json "$OUT_DIR/bench.json" >"$OUT_DIR/bench.log" 2>&1
