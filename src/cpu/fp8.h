@@ -67,9 +67,8 @@ inline uint8_t float_to_e4m3_inline(float x) {
   return sign | static_cast<uint8_t>(rounded >> 20);
 }
 
-// ue8m0: 2^(byte - 127). 0 is 2^-127 (an fp32 subnormal), 0xff is NaN (OCP MX, as torch's
-// float8_e8m0fnu reads it).
-// The bit rule is shared with the CUDA kernels (core/ue8m0.h).
+// ue8m0: 2^(byte - 127), 0 -> 2^-127, 0xff -> NaN; the bit rule (core/ue8m0.h) is the CUDA
+// kernels' too.
 inline float ue8m0_to_float_inline(uint8_t bits) {
   return std::bit_cast<float>(::sparse_mla::detail::ue8m0_fp32_bits(bits));
 }

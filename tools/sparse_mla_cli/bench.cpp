@@ -402,25 +402,24 @@ void run_case(const Settings& s, Device device, const RunOptions& options, CaseR
   r->plan_reason = runner.plan().reason;
   // The other mode first (CUDA only: planning is host work on the CPU back end), so that the
   // outputs verified below are those of the reported mode's last run.
-  const bool reuse = s.decode_schedule == "reuse";
+  const DecodeSchedule reported =
+      s.decode_schedule == "reuse" ? DecodeSchedule::kReuse : DecodeSchedule::kBuild;
+  const DecodeSchedule other =
+      reported == DecodeSchedule::kReuse ? DecodeSchedule::kBuild : DecodeSchedule::kReuse;
+  auto median_of = [&](DecodeSchedule mode) -> double& {
+    return mode == DecodeSchedule::kReuse ? r->median_reuse_ms : r->median_build_ms;
+  };
+  auto time_mode = [&](DecodeSchedule mode, CaseResult* into) {
+    return time_case([&] { return runner.run(mode); }, device, s, into);
+  };
   if (device.is_cuda()) {
-    CaseResult other;
-    if (st = time_case([&] { return runner.run(reuse ? DecodeSchedule::kBuild
-                                                     : DecodeSchedule::kReuse); },
-                       device, s, &other);
-        !st.ok()) {
-      return fail(st);
-    }
-    (reuse ? r->median_build_ms : r->median_reuse_ms) = median(other.ms);
+    CaseResult other_result;
+    if (st = time_mode(other, &other_result); !st.ok()) return fail(st);
+    median_of(other) = median(other_result.ms);
   }
   if (st = runner.run(DecodeSchedule::kBuild); !st.ok()) return fail(st);  // a schedule to reuse
-  if (st = time_case([&] { return runner.run(reuse ? DecodeSchedule::kReuse
-                                                   : DecodeSchedule::kBuild); },
-                     device, s, r);
-      !st.ok()) {
-    return fail(st);
-  }
-  (reuse ? r->median_reuse_ms : r->median_build_ms) = median(r->ms);
+  if (st = time_mode(reported, r); !st.ok()) return fail(st);
+  median_of(reported) = median(r->ms);
   if (s.verify == "off") return;
   verify::DecodeOutputs got;
   if (st = runner.fetch(&got); !st.ok()) return fail(st);
@@ -597,8 +596,7 @@ Json shape_json(const BenchCase& c) {
 }
 
 Json case_json(const CaseResult& r, Backend backend, const Ceilings& ceil,
-               const std::string& reproduce_suffix,
-               const std::string& decode_schedule) {
+               const std::string& reproduce_suffix, const std::string& decode_schedule) {
   Json j;
   j["suite"] = r.full.suite;
   j["name"] = r.full.name();
@@ -618,8 +616,10 @@ Json case_json(const CaseResult& r, Backend backend, const Ceilings& ceil,
   j["median_ms"] = r.median_ms;
   if (r.full.op == Operation::kSparseDecode) {
     j["decode_schedule"] = decode_schedule;  // which of the two median_ms is
-    j["median_ms_schedule_reuse"] = std::isnan(r.median_reuse_ms) ? Json() : Json(r.median_reuse_ms);
-    j["median_ms_schedule_build"] = std::isnan(r.median_build_ms) ? Json() : Json(r.median_build_ms);
+    j["median_ms_schedule_reuse"] =
+        std::isnan(r.median_reuse_ms) ? Json() : Json(r.median_reuse_ms);
+    j["median_ms_schedule_build"] =
+        std::isnan(r.median_build_ms) ? Json() : Json(r.median_build_ms);
   }
   j["flop"] = r.work.flop;
   j["bytes"] = r.work.bytes;
@@ -807,7 +807,8 @@ int bench_command(const Invocation& inv) {
     j["gpus"] = gpus;
     j["ceilings"] = ceil_record;
     Json list = Json::array();
-    for (const CaseResult& r : results) list.push_back(case_json(r, backend, ceil, suffix, s.decode_schedule));
+    for (const CaseResult& r : results)
+      list.push_back(case_json(r, backend, ceil, suffix, s.decode_schedule));
     j["cases"] = list;
     Json heads = Json::array();
     for (const HeadRatio& h : ratios) {
