@@ -266,7 +266,11 @@ int head_groups_of(const SparseDecodeProblem& problem, const DecodeEntry& entry)
 
 // Resident clusters when this problem's launch is paired, else 0 (plan and run both ask this).
 int paired_clusters(const SparseDecodeProblem& problem, const DecodeEntry& entry) {
-  if (head_groups_of(problem, entry) != 2 || !pairing_wanted(entry.format)) return 0;
+  // 64-row tiles only (65..128 heads): a device whose shared memory forced 32-row tiles on 33..64
+  // heads would also have 2 head groups, a launch no test runs.
+  if (entry.rows != 64 || head_groups_of(problem, entry) != 2 || !pairing_wanted(entry.format)) {
+    return 0;
+  }
   return pair_clusters_of(&entry, problem.device.index);
 }
 

@@ -316,11 +316,11 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
       const int32_t next_index = has_next ? slot_index<Shape>(lists, block + 1, thread) : -1;
       ptx::cp_async_wait<0>();
       // This block's bytes landed; every warp (of both CTAs, when paired) is done with the tiles.
-      if (paired) {
-        ptx::cluster_sync_relaxed();
-      } else {
-        __syncthreads();
-      }
+      // The CTA barrier also publishes the cp.async bytes to the threads that dequantise them
+      // (other threads than those that gathered them); the relaxed cluster barrier orders no
+      // memory, it only says that the peer has consumed every value it read from its tile.
+      __syncthreads();
+      if (paired) ptx::cluster_sync_relaxed();
       if constexpr (kCanPair) {
         if (paired) {
           if (thread == 0) ptx::mbarrier_arrive_expect_tx(landed, kHalfTileBytes);
