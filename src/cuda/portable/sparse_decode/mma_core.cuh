@@ -167,16 +167,10 @@ struct WideCore {
       }
     }
     __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 16 * mt + 8 * half + gq;
-        const int head = to.head0 + row;
-        if (head >= h_q) continue;
-        store_row(to, head, w.col0 + 2 * t, acc.o[mt], 2 * half, out_scale[row]);
-      }
-    }
+    wide_for_each_row(acc, w, [&](int row, int col, const float(&o)[8][4], int i0) {
+      const int head = to.head0 + row;
+      if (head < h_q) store_row(to, head, col, o, i0, out_scale[row]);
+    });
   }
 };
 
