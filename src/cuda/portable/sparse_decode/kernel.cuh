@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <type_traits>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
@@ -246,13 +245,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   const int thread = threadIdx.x;
   const int head0 = static_cast<int>(blockIdx.y) * Shape::kRows;
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
-  const typename Core::Place w = [&] {
-    if constexpr (std::is_same_v<Core, WideCore<Shape>>) {
-      return wide_place(thread);
-    } else {
-      return warp_place<Shape>(thread);
-    }
-  }();
+  const typename Core::Place w = Core::place(thread);
   const float scale_log2 = p.softmax_scale * kLog2e;
   const int64_t s_q = p.problem.s_q;
 
