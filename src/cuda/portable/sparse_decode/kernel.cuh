@@ -15,7 +15,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
@@ -416,23 +415,17 @@ template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   using Shape = DecodeShape<kDqk, kRows, kBlockKeys>;
   using Traits = KvTraits<kFormat, kDqk>;
-  const int head_groups = static_cast<int>((launch.p.problem.h_q + kRows - 1) / kRows);
   const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
   auto kernel = portable_sparse_decode_kernel<Shape, Traits>;
   SMLA_CUDA_RETURN_IF_ERROR(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   if (launch.pair_head_groups) {
-    if (head_groups != 2 || !DecodeSmem<Shape, Traits>::kQuantized) {
-      return {StatusCode::kInternal,
-              "portable_sparse_decode: a paired launch needs a quantized "
-              "cache and 2 head groups, got " +
-                  std::to_string(head_groups)};
-    }
     cudaLaunchAttribute cluster;
     const cudaLaunchConfig_t config =
         pair_launch_config(launch.num_parts, Shape::kThreads, smem, stream, &cluster);
     SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, launch));
   } else {
+    const int head_groups = static_cast<int>((launch.p.problem.h_q + kRows - 1) / kRows);
     const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
     kernel<<<grid, Shape::kThreads, smem, stream>>>(launch);
   }
