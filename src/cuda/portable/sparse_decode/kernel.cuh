@@ -27,6 +27,7 @@
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_decode/mma_core.cuh"
 #include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/dynamic_smem.h"
 #include "planning/decode_schedule_builder.h"
 
 namespace sparse_mla::cuda::portable_decode {
@@ -356,8 +357,7 @@ int decode_ctas_per_sm() {
   auto kernel = portable_sparse_decode_kernel<Shape, KvTraits<kFormat, kDqk>>;
   const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
   int ctas = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
-          cudaSuccess ||
+  if (ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, Shape::kThreads, smem) !=
           cudaSuccess) {
     cudaGetLastError();
@@ -400,9 +400,7 @@ int decode_pair_clusters() {
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
         cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess || major < 9 ||
-        attributes.ptxVersion < 90 ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
-            cudaSuccess ||
+        attributes.ptxVersion < 90 || ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
       cudaGetLastError();
       return 0;
@@ -417,8 +415,7 @@ Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t st
   using Traits = KvTraits<kFormat, kDqk>;
   const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
   auto kernel = portable_sparse_decode_kernel<Shape, Traits>;
-  SMLA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
   if (launch.pair_head_groups) {
     cudaLaunchAttribute cluster;
     const cudaLaunchConfig_t config =
