@@ -62,6 +62,22 @@ struct WideAccum {
   }
 };
 
+// This lane's part of the warp's output tile, row by row: f(row, col, o, i0) for rows
+// 16 mt + 8 half + lane/4 (mt < 4, half < 2), whose values are o[n][i0], o[n][i0 + 1] at columns
+// col + 8n, col + 8n + 1 (n < 8; o = acc.o[mt], i0 = 2 half, col = col0 + 2 (lane % 4)).
+template <class Shape, class F>
+__device__ __forceinline__ void wide_for_each_row(const WideAccum<Shape>& acc, const WidePlace& w,
+                                                  F&& f) {
+  const int col = w.col0 + 2 * (w.lane & 3);
+#pragma unroll
+  for (int mt = 0; mt < 4; ++mt) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      f(16 * mt + 8 * half + (w.lane >> 2), col, acc.o[mt], 2 * half);
+    }
+  }
+}
+
 // score: s[mt][nt] = Q[32 rh + 16 mt ..] . K[32 kh + 8 nt ..]^T over k-steps 2g, 2g+1 of every
 // panel (chunks 4g .. 4g+3), raw partial dot products.
 template <class Shape>

@@ -15,8 +15,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
-#include <type_traits>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
@@ -29,6 +27,7 @@
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_decode/mma_core.cuh"
 #include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/dynamic_smem.h"
 #include "planning/decode_schedule_builder.h"
 
 namespace sparse_mla::cuda::portable_decode {
@@ -246,13 +245,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   const int thread = threadIdx.x;
   const int head0 = static_cast<int>(blockIdx.y) * Shape::kRows;
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
-  const typename Core::Place w = [&] {
-    if constexpr (std::is_same_v<Core, WideCore<Shape>>) {
-      return wide_place(thread);
-    } else {
-      return warp_place<Shape>(thread);
-    }
-  }();
+  const typename Core::Place w = Core::place(thread);
   const float scale_log2 = p.softmax_scale * kLog2e;
   const int64_t s_q = p.problem.s_q;
 
@@ -364,8 +357,7 @@ int decode_ctas_per_sm() {
   auto kernel = portable_sparse_decode_kernel<Shape, KvTraits<kFormat, kDqk>>;
   const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
   int ctas = 0;
-  if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
-          cudaSuccess ||
+  if (ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, Shape::kThreads, smem) !=
           cudaSuccess) {
     cudaGetLastError();
@@ -408,9 +400,7 @@ int decode_pair_clusters() {
     if (cudaGetDevice(&device) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
         cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess || major < 9 ||
-        attributes.ptxVersion < 90 ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) !=
-            cudaSuccess ||
+        attributes.ptxVersion < 90 || ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
         cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
       cudaGetLastError();
       return 0;
@@ -423,23 +413,16 @@ template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   using Shape = DecodeShape<kDqk, kRows, kBlockKeys>;
   using Traits = KvTraits<kFormat, kDqk>;
-  const int head_groups = static_cast<int>((launch.p.problem.h_q + kRows - 1) / kRows);
   const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
   auto kernel = portable_sparse_decode_kernel<Shape, Traits>;
-  SMLA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
   if (launch.pair_head_groups) {
-    if (head_groups != 2 || !DecodeSmem<Shape, Traits>::kQuantized) {
-      return {StatusCode::kInternal,
-              "portable_sparse_decode: a paired launch needs a quantized "
-              "cache and 2 head groups, got " +
-                  std::to_string(head_groups)};
-    }
     cudaLaunchAttribute cluster;
     const cudaLaunchConfig_t config =
         pair_launch_config(launch.num_parts, Shape::kThreads, smem, stream, &cluster);
     SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, launch));
   } else {
+    const int head_groups = static_cast<int>((launch.p.problem.h_q + kRows - 1) / kRows);
     const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
     kernel<<<grid, Shape::kThreads, smem, stream>>>(launch);
   }

@@ -1,6 +1,6 @@
 // Host-side launcher of the portable sparse decode split kernel, one explicit instantiation per
-// (cache format, d_qk, head rows, keys per block) in src/cuda/instantiations/. Only those units include
-// kernel.cuh. The planner and the combine are separate launches (src/cuda/planning,
+// (cache format, d_qk, head rows, keys per block) in src/cuda/instantiations/. Only those units
+// include kernel.cuh. The planner and the combine are separate launches (src/cuda/planning,
 // src/cuda/combine); kernel_tables.cpp sequences the three.
 #pragma once
 
@@ -24,8 +24,10 @@ struct DecodeLaunch {
   const int32_t* split_offsets = nullptr;               // [b*s_q + 1]
   float* partial_lse = nullptr;                         // [max_partials, h_q] fp32, log2
   float* partial_out = nullptr;                         // [max_partials, h_q, 512] fp32
-  // Two head groups launched as 2-CTA clusters that share each block's gather and dequantisation
-  // (quantized formats on sm_90+; decode_pair_clusters > 0). The grid is (num_parts, 2).
+  // Two head groups launched as 2-CTA clusters that share each block's gather and dequantisation.
+  // The grid is then (num_parts, 2) whatever h_q is, and the launcher does not check: set it only
+  // where kernel_tables.cpp's paired_clusters says so (64-row tiles, 65..128 heads, a quantized
+  // format on sm_90+: decode_pair_clusters > 0).
   bool pair_head_groups = false;
 };
 

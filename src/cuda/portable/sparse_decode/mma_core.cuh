@@ -7,7 +7,8 @@
 //               QK^T split over d_qk in 32x32 warp tiles, P.V in 64-row x 64-column warp tiles,
 //               ~20 % fewer shared-memory bytes per block (the bound of this core on the H200;
 //               docs/kernels/portable_sparse_prefill.md, "Version 2").
-// DecodeCore<Shape> picks one. Both use only DecodeSmem's q, p and statistics arrays.
+// DecodeCore<Shape> picks one; each names its warp placement (Place, place(thread)) and running
+// state (Accum). Both use only DecodeSmem's q, p and statistics arrays.
 #pragma once
 
 #include <cmath>
@@ -82,6 +83,7 @@ template <class Shape>
 struct NarrowCore {
   using Place = WarpPlace;
   using Accum = WarpAccum<Shape>;
+  __device__ __forceinline__ static Place place(int thread) { return warp_place<Shape>(thread); }
   template <class Smem>
   __device__ __forceinline__ static void process_block(Smem& sm, uint32_t tile,
                                                        const uint8_t* valid, float scale_log2,
@@ -118,6 +120,7 @@ template <class Shape>
 struct WideCore {
   using Place = WidePlace;
   using Accum = WideAccum<Shape>;
+  __device__ __forceinline__ static Place place(int thread) { return wide_place(thread); }
   static_assert(Shape::kRows == 64 && Shape::kBlockKeys == 64 && Shape::kWarps == 8);
   static_assert(Shape::kKeyGroups * Shape::kRows >= 3 * 64, "red + alpha fit red_max");
 
@@ -167,16 +170,10 @@ struct WideCore {
       }
     }
     __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 16 * mt + 8 * half + gq;
-        const int head = to.head0 + row;
-        if (head >= h_q) continue;
-        store_row(to, head, w.col0 + 2 * t, acc.o[mt], 2 * half, out_scale[row]);
-      }
-    }
+    wide_for_each_row(acc, w, [&](int row, int col, const float(&o)[8][4], int i0) {
+      const int head = to.head0 + row;
+      if (head < h_q) store_row(to, head, col, o, i0, out_scale[row]);
+    });
   }
 };
 

@@ -19,10 +19,11 @@
 #include "cuda/device/ptx/cp_async.cuh"
 #include "cuda/portable/common/tile_attention.cuh"
 #include "cuda/portable/sparse_prefill/config.cuh"
-#include "cuda/portable/sparse_prefill/token_slots.cuh"
 #include "cuda/portable/sparse_prefill/launch.h"
+#include "cuda/portable/sparse_prefill/token_slots.cuh"
 #include "cuda/portable/sparse_prefill/wide_kernel.cuh"
 #include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/dynamic_smem.h"
 
 namespace sparse_mla::cuda::portable_prefill {
 
@@ -181,8 +182,7 @@ Status launch_portable_sparse_prefill(const detail::PrefillParams& p, cudaStream
   } else {
     kernel = portable_sparse_prefill_kernel<Shape>;
   }
-  SMLA_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
   kernel<<<static_cast<unsigned>(grid), Shape::kThreads, smem, stream>>>(p, head_groups);
   return check_last_launch("portable_sparse_prefill_kernel");
 }

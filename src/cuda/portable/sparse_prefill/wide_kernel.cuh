@@ -92,22 +92,17 @@ __device__ __forceinline__ void wide_store(const detail::PrefillParams& p, int64
     }
   }
   __syncthreads();
+  wide_for_each_row(acc, w, [&](int row, int col, const float(&o)[8][4], int i0) {
+    const int head = head0 + row;
+    if (head >= h_q) return;
+    const float scale = sm.out_scale[row];
+    uint16_t* out_row = p.out + token * p.out_stride_s + head * p.out_stride_h + col;
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = 16 * mt + 8 * half + gq;
-      const int head = head0 + row;
-      if (head >= h_q) continue;
-      const float scale = sm.out_scale[row];
-      uint16_t* out_row = p.out + token * p.out_stride_s + head * p.out_stride_h + w.col0 + 2 * t;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
-            ptx::pack_bf16x2(acc.o[mt][n][2 * half] * scale, acc.o[mt][n][2 * half + 1] * scale);
-      }
+    for (int n = 0; n < 8; ++n) {
+      *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
+          ptx::pack_bf16x2(o[n][i0] * scale, o[n][i0 + 1] * scale);
     }
-  }
+  });
 }
 
 template <class Shape>
