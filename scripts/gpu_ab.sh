@@ -7,6 +7,7 @@
 #   git diff > ab.patch      (the change to measure; leave it untracked so it travels)
 #   git stash                (or commit A first: the device gets the working tree as A)
 #   scripts/gpu_ab.sh OUT_DIR ab.patch [BENCH FLAGS...]   default flags: --suite all
+#   scripts/gpu_ab.sh OUT_DIR none [BENCH FLAGS...]       one binary, two environments (below)
 #
 # Environment:
 #   SMLA_AB_A_BIN=PATH   an existing sparse-mla of A (e.g. build-gpu/sparse-mla after
@@ -16,22 +17,30 @@
 #                        OUT_DIR/b-check before the A/B; a failed check stops the A/B.
 #   SMLA_AB_ENV="K=V ..." environment for both sides' bench runs and B's check (e.g.
 #                        SMLA_DECODE_PAIR_HEAD_GROUPS=1 to force a launch choice).
+#   SMLA_AB_A_ENV / SMLA_AB_B_ENV="K=V ..." environment for one side's bench runs only (with
+#                        PATCH `none`, a launch choice A/B'd with one binary, e.g.
+#                        SMLA_AB_A_ENV=SMLA_DECODE_RAW_STAGES=1 against the default).
 # Otherwise both sides build the CLI only (Release, sm_90a) in parallel.
 # Writes OUT_DIR/{a-1,b-1,a-2,b-2}.json and OUT_DIR/ab.txt. Needs .gpu-deps (carry it; see
 # gpu_check.sh --prepare-deps). Used for the A/B folders in benchmarks/results/ab-*.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT_DIR=${1:?usage: gpu_ab.sh OUT_DIR PATCH [BENCH FLAGS...]}
-PATCH=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+PATCH=none
+[[ $2 != none ]] && PATCH=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
 shift 2
 BENCH_FLAGS=("$@")
 [[ ${#BENCH_FLAGS[@]} == 0 ]] && BENCH_FLAGS=(--suite all)
 read -r -a AB_ENV <<<"${SMLA_AB_ENV:-}"
+read -r -a A_ENV <<<"${SMLA_AB_A_ENV:-}"
+read -r -a B_ENV <<<"${SMLA_AB_B_ENV:-}"
 mkdir -p "$OUT_DIR"
 
 B_TREE=$(mktemp -d)
-(cd "$ROOT" && tar --exclude='./build*' --exclude='./.git' --exclude='./.venv' --exclude='./out' -cf - .) | (cd "$B_TREE" && tar -xf -)
-(cd "$B_TREE" && patch -p1 --quiet <"$PATCH")
+if [[ $PATCH != none ]]; then
+  (cd "$ROOT" && tar --exclude='./build*' --exclude='./.git' --exclude='./.venv' --exclude='./out' -cf - .) | (cd "$B_TREE" && tar -xf -)
+  (cd "$B_TREE" && patch -p1 --quiet <"$PATCH")
+fi
 
 build() {  # build SOURCE_DIR BUILD_DIR
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMLA_ENABLE_CUDA=ON \
@@ -46,7 +55,9 @@ else
   A_BIN=$BUILDS/a/sparse-mla
   build "$ROOT" "$BUILDS/a" & pids+=($!)
 fi
-if [[ ${SMLA_AB_B_CHECK:-0} == 1 ]]; then
+if [[ $PATCH == none ]]; then
+  B_BIN=$A_BIN
+elif [[ ${SMLA_AB_B_CHECK:-0} == 1 ]]; then
   B_BIN=$B_TREE/build-gpu/sparse-mla
   for pid in "${pids[@]}"; do wait "$pid" || { echo "gpu_ab: build A failed"; exit 1; }; done
   pids=()
@@ -61,9 +72,9 @@ for pid in "${pids[@]}"; do wait "$pid" || { echo "gpu_ab: a build failed"; exit
 
 for round in 1 2; do
   for side in a b; do
-    bin=$A_BIN
-    [[ $side == b ]] && bin=$B_BIN
-    env "${AB_ENV[@]}" "$bin" bench --backend cuda --verify off --iters 20 "${BENCH_FLAGS[@]}" \
+    bin=$A_BIN side_env=("${A_ENV[@]}")
+    [[ $side == b ]] && bin=$B_BIN side_env=("${B_ENV[@]}")
+    env "${AB_ENV[@]}" "${side_env[@]}" "$bin" bench --backend cuda --verify off --iters 20 "${BENCH_FLAGS[@]}" \
       --json "$OUT_DIR/$side-$round.json" >/dev/null
   done
 done
