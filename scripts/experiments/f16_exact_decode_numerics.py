@@ -9,7 +9,8 @@ tile:
   QK^T: one fp32 score accumulator per 128-dim scale tile, S = sum_t scale[key, t] * S_t (+ the
         bf16 RoPE part), Q converted to f16 once per query (a power-of-two row prescale keeps it
         in range);
-  P.V:  P'_t = f16(P * scale[key, t] * 2^c_t) per output tile t (one tile per P.V warp for v32),
+  P.V:  P'_t = f16(bf16(P) * scale[key, t] * 2^c_t) per output tile t (one tile per P.V warp for
+        v32; P is the shared bf16 P tile, as today),
         c_t a power of two from the block's largest scale so P' does not underflow f16; the
         accumulator is scaled back by 2^-c_t (folded into the online-softmax rescale).
 This script checks, on the SPEC section 5 data recipe, that such a kernel would pass the decode
@@ -94,7 +95,9 @@ def proposed(q, e4m3, scale, rope, sm_scale):
     out = torch.zeros(q.shape[0], D_V)
     for t in range(n_tiles):  # one output tile per P.V warp
         c = -torch.floor(torch.log2(scale[:, t].max()))
-        p16 = (p * scale[:, t][None, :] * torch.exp2(c)).to(torch.float16).float()
+        # P is rounded to bf16 first (the kernel's shared P tile), then scaled into f16.
+        p_bf16 = p.to(torch.bfloat16).float()
+        p16 = (p_bf16 * (scale[:, t][None, :] * torch.exp2(c))).to(torch.float16).float()
         out[:, t * TILE:(t + 1) * TILE] = (p16 @ k16[:, t]) * torch.exp2(-c)
     return (out / l).double(), lse.double()
 
