@@ -29,15 +29,17 @@ D_NOPE, D_ROPE, D_V = 512, 64, 512
 TOL = dict(out_abs=1e-3, out_rel=2 / 128, out_cos=5e-6, lse_abs=1e-6, lse_rel=8 / 65536)
 
 
-def make_case(h, topk, seed, pow2_scales, spread):
+def make_case(h, topk, seed, pow2_scales, spread, outlier=1.0):
     """SPEC 5 recipe: q, kv ~ randn/10 + a per-tensor offset; decode q clamped to +-1.
     spread: rows scaled by 10^U(-spread, 0), so the per-key scales span `spread` decades (the
-    stress case for P' in f16)."""
+    stress case for P' in f16); outlier: one token (row 0) times this factor (an attention-sink-like
+    row whose large scale sets the P exponent of every key in its tiles)."""
     g = torch.Generator().manual_seed(seed)
     q = (torch.randn(h, D_NOPE + D_ROPE, generator=g) / 10 + torch.randn(1, generator=g) / 10)
     q = q.clamp(-1, 1).to(torch.bfloat16)
     kv = torch.randn(topk, D_NOPE + D_ROPE, generator=g) / 10 + torch.randn(1, generator=g) / 10
     kv = kv * torch.pow(10.0, -spread * torch.rand(topk, 1, generator=g))
+    kv[0] *= outlier
     nope = kv[:, :D_NOPE].reshape(topk, D_NOPE // TILE, TILE)
     amax = nope.abs().amax(-1)
     scale = amax / E4M3_MAX  # engines write raw amax / 448 (any finite fp32)
@@ -123,13 +125,15 @@ def main():
     args = ap.parse_args()
     sm_scale = (D_NOPE + D_ROPE) ** -0.5
     print(f"h_q={args.h} topk={args.topk} (one block of all keys), SPEC decode tolerances {TOL}")
-    for pow2, spread in ((False, 0.0), (True, 0.0), (False, 6.0)):
+    for pow2, spread, outlier in ((False, 0.0, 1.0), (True, 0.0, 1.0), (False, 6.0, 1.0),
+                                  (False, 0.0, 1e3), (False, 0.0, 1e4)):
         for seed in range(args.seeds):
-            case = make_case(args.h, args.topk, seed, pow2, spread)
+            case = make_case(args.h, args.topk, seed, pow2, spread, outlier)
             want = reference(*case, sm_scale)
             for name, fn in (("today", today), ("proposed", proposed)):
                 r = compare(fn(*case, sm_scale), want)
-                print(f"scales={'pow2' if pow2 else 'raw '} spread={spread:.0f} seed={seed} {name:8s} "
+                print(f"scales={'pow2' if pow2 else 'raw '} spread={spread:.0f} outlier={outlier:.0e} "
+                      f"seed={seed} {name:8s} "
                       f"out max|err| {r['out_max_abs']:.2e} fail {r['out_fail']:3d}  "
                       f"cos {r['cos']:.1e}  lse max|err| {r['lse_max_abs']:.2e} "
                       f"fail {r['lse_fail']:2d}  {'PASS' if r['passes'] else 'FAIL'}")
