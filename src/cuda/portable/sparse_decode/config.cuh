@@ -46,10 +46,9 @@ struct RawRow {
   static_assert(Traits::kTailOffset % 16 == 0, "the bf16 tail is copied in 16-B chunks");
 };
 
-// Shared memory, in bytes (64 rows, 64 keys): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P + 41,984
-// raw
-// + 2,048 row statistics + 520 row addresses + 128 flags, padded by alignment to 200,704
-// (sizeof); bf16 cache, 576 dims: 73,728 Q + 2 x 73,728 KV + 8,192 P + statistics and
+// Shared memory, in bytes (64 rows, 64 keys): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P +
+// 41,984 raw + 2,048 row statistics + 520 row addresses + 128 flags, padded by alignment to
+// 200,704 (sizeof); bf16 cache, 576 dims: 73,728 Q + 2 x 73,728 KV + 8,192 P + statistics and
 // addresses = 232,448 (sizeof): exactly sm_90's per-block limit, no headroom left.
 template <class Shape, class Traits>
 struct DecodeSmem {
