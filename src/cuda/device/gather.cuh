@@ -17,9 +17,9 @@ struct RowSource {
   bool valid;
 };
 
-// kRows rows of kChunks 16-B chunks into a swizzled bf16 tile (smem_tile.cuh layout).
-// row_source(row) -> RowSource.
-template <int kRows, int kChunks, int kThreads, class RowSourceFn>
+// kRows rows of kChunks 16-B chunks into a swizzled bf16 tile (smem_tile.cuh layout), at tile
+// chunks kFirstChunk .. kFirstChunk + kChunks - 1 of each row. row_source(row) -> RowSource.
+template <int kRows, int kChunks, int kThreads, int kFirstChunk = 0, class RowSourceFn>
 __device__ __forceinline__ void gather_rows_swizzled(uint32_t tile, int thread,
                                                      RowSourceFn row_source) {
 #pragma unroll 4
@@ -27,8 +27,8 @@ __device__ __forceinline__ void gather_rows_swizzled(uint32_t tile, int thread,
     const int row = c / kChunks;
     const int chunk = c - row * kChunks;
     const RowSource src = row_source(row);
-    ptx::cp_async_cg_16(tile + tile_chunk_offset<kRows>(row, chunk), src.ptr + 16 * chunk,
-                        src.valid ? 16u : 0u);
+    ptx::cp_async_cg_16(tile + tile_chunk_offset<kRows>(row, kFirstChunk + chunk),
+                        src.ptr + 16 * chunk, src.valid ? 16u : 0u);
   }
 }
 

@@ -25,26 +25,47 @@ template <int kDqk, int kRows, int kBlockKeys = 64>
 using DecodeShape = TileShape<kDqk, kRows, kDecodeWarps<kRows>, kBlockKeys>;
 
 // Resident CTAs per SM the register budget is built for (__launch_bounds__): 3 for the compact
-// 16-row tile (<= 170 registers at 128 threads; its shared memory allows 2-3 on sm_90), else 1.
+// 16-row tile (<= 170 registers at 128 threads; its shared memory allows 3 on sm_90 for both FP8
+// formats, see kDirectTail, 2 for bf16 caches), else 1.
 template <class Shape>
 inline constexpr int kDecodeMinCtas = Shape::kBlockKeys == 32 && Shape::kRows == 16 ? 3 : 1;
+
+// Direct tail: the 16-row compact v32_fp8 tile gathers each row's bf16 RoPE tail (the last 128 B
+// of the 656-B row) straight into the bf16 tile instead of through `raw`, once every warp has
+// finished the previous block's scores (only QK^T reads those 64 dims; P.V reads the first 512).
+// `raw` shrinks by 32 x 128 B and the CTA from 79,872 to 75,776 B of shared memory, so 3 CTAs
+// fit an sm_90 SM instead of 2 (3 x (75,776 + 1,024 reserved) <= 233,472), as 3 already did for
+// v4_fp8 (71,680 B). Needs one row group: the softmax's row-group barrier, after which the tail
+// is gathered, must be CTA-wide.
+template <class Shape, class Traits>
+inline constexpr bool kDirectTail = Traits::kQuantDims > 0 && Traits::kScalesInRow &&
+                                    Shape::kBlockKeys == 32 && Shape::kRowGroups == 1;
 
 // Quantized caches: raw token bytes are gathered (cp.async) into `raw` while the previous block
 // is being multiplied, then dequantised into the single bf16 tile. bf16 caches: rows go straight
 // into a double-buffered tile and `raw` is unused.
-template <class Traits>
+template <class Traits, bool kDirectTailRows = false>
 struct RawRow {
   static constexpr bool kQuantized = Traits::kQuantDims > 0;
-  // data row, then (split-scale formats) the token's scale row; 16-B rounded for cp.async.
+  // data row (without its bf16 tail for direct-tail tiles), then (split-scale formats) the
+  // token's scale row; 16-B rounded for cp.async.
   static constexpr int kBytes =
-      Traits::kDataRowBytes + (Traits::kScalesInRow ? 0 : Traits::kScaleRowBytes);
+      kDirectTailRows ? Traits::kTailOffset
+                      : Traits::kDataRowBytes + (Traits::kScalesInRow ? 0 : Traits::kScaleRowBytes);
   static constexpr int kPitch = (kBytes + 15) / 16 * 16;
   static constexpr int kScaleBase =
       Traits::kScalesInRow ? Traits::kScaleOffset : Traits::kDataRowBytes;
   static_assert(!kQuantized || Traits::kDataRowBytes % 16 == 0,
                 "token data rows are gathered in 16-B chunks");
   static_assert(Traits::kTailOffset % 16 == 0, "the bf16 tail is copied in 16-B chunks");
+  static_assert(!kDirectTailRows || (Traits::kScalesInRow &&
+                                     Traits::kTailOffset + 2 * Traits::kTailDims ==
+                                         Traits::kDataRowBytes),
+                "a direct tail is the end of the data row, after the scales");
 };
+
+template <class Shape, class Traits>
+using RawRowOf = RawRow<Traits, kDirectTail<Shape, Traits>>;
 
 // Shared memory, in bytes (64 rows, 64 keys): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P +
 // 41,984 raw + 2,048 row statistics + 520 row addresses + 128 flags, padded by alignment to
@@ -52,9 +73,10 @@ struct RawRow {
 // addresses = 232,448 (sizeof): exactly sm_90's per-block limit, no headroom left.
 template <class Shape, class Traits>
 struct DecodeSmem {
-  static constexpr bool kQuantized = RawRow<Traits>::kQuantized;
+  static constexpr bool kQuantized = RawRowOf<Shape, Traits>::kQuantized;
   static constexpr int kTileStages = kQuantized ? 1 : 2;
-  static constexpr int kRawBytes = kQuantized ? Shape::kBlockKeys * RawRow<Traits>::kPitch : 16;
+  static constexpr int kRawBytes =
+      kQuantized ? Shape::kBlockKeys * RawRowOf<Shape, Traits>::kPitch : 16;
   static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
 
   alignas(1024) uint8_t q[Shape::kQBytes];                     // [kRows, d_qk] bf16, swizzled
@@ -78,5 +100,10 @@ static_assert(sizeof(DecodeSmem<DecodeShape<512, 64>, KvTraits<KvCacheFormat::kV
               kMaxSmemSm90);
 static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>, KvTraits<KvCacheFormat::kBf16, 576>>) <=
               kMaxSmemSm90);
+// 3 CTAs per sm_90 SM (228 KiB, 1 KiB reserved per CTA) for the 16-row compact tiles.
+static_assert(3 * (sizeof(DecodeSmem<DecodeShape<576, 16, 32>,
+                                     KvTraits<KvCacheFormat::kV32Fp8, 576>>) + 1024) <= 233472);
+static_assert(3 * (sizeof(DecodeSmem<DecodeShape<512, 16, 32>,
+                                     KvTraits<KvCacheFormat::kV4Fp8, 512>>) + 1024) <= 233472);
 
 }  // namespace sparse_mla::cuda::portable_decode

@@ -107,9 +107,11 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
   using Smem = DecodeSmem<Shape, Traits>;
   const uint8_t* valid = sm.valid[step & 1];
   if constexpr (Smem::kQuantized) {
-    using Raw = RawRow<Traits>;
+    using Raw = RawRowOf<Shape, Traits>;
     constexpr int kRows = kPaired ? Shape::kBlockKeys / 2 : Shape::kBlockKeys;
-    gather_rows_linear<kRows, Traits::kDataRowBytes / 16, Raw::kPitch, Shape::kThreads>(
+    constexpr int kRawDataBytes =
+        kDirectTail<Shape, Traits> ? Traits::kTailOffset : Traits::kDataRowBytes;
+    gather_rows_linear<kRows, kRawDataBytes / 16, Raw::kPitch, Shape::kThreads>(
         smem_u32(sm.raw) + row_base * Raw::kPitch, thread, [&](int r) {
           return RowSource{sm.row_ptr[row_base + r], valid[row_base + r] != 0};
         });
@@ -128,6 +130,22 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
           return RowSource{sm.row_ptr[row], valid[row] != 0};
         });
   }
+}
+
+// load (tail, direct-tail tiles; config.cuh kDirectTail): the bf16 tail of block `step`'s rows
+// (128 B = 8 chunks per row) straight into the tile's last 64 dims. Issued for the next block once
+// every warp has finished this block's scores, so it lands during this block's P.V.
+template <class Shape, class Traits>
+__device__ __forceinline__ void load_block_tail(int step, int thread,
+                                                DecodeSmem<Shape, Traits>& sm) {
+  static_assert(kDirectTail<Shape, Traits>);
+  constexpr int kTailChunks = 2 * Traits::kTailDims / 16;
+  const uint8_t* valid = sm.valid[step & 1];
+  gather_rows_swizzled<Shape::kBlockKeys, kTailChunks, Shape::kThreads,
+                       Shape::kChunksPerRow - kTailChunks>(
+      smem_u32(sm.kv[0]), thread, [&](int row) {
+        return RowSource{sm.row_ptr[row] + Traits::kTailOffset, valid[row] != 0};
+      });
 }
 
 // dequantise: raw [keys, kPitch] -> bf16 tile. A unit is one 16-B tile chunk (8 dims): an e4m3
@@ -151,7 +169,7 @@ template <class Shape, class Traits, bool kPaired = false>
 __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, Traits>& sm,
                                                  int row_base = 0, uint32_t peer_tile = 0,
                                                  uint32_t peer_barrier = 0) {
-  using Raw = RawRow<Traits>;
+  using Raw = RawRowOf<Shape, Traits>;
   constexpr int kLanes = 64;  // chunk slots of a row in the first pass
   constexpr int kQuantChunks = Traits::kQuantDims / 8;
   constexpr int kRowsPerPass = Shape::kThreads / kLanes;
@@ -202,7 +220,7 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
       store(tile_offset(i), *reinterpret_cast<const uint4*>(tail + i * kRowsPerPass * Raw::kPitch));
     }
   }
-  if constexpr (kLateChunks > 0) {
+  if constexpr (kLateChunks > 0 && !kDirectTail<Shape, Traits>) {  // direct tails are in place
     static_assert(kQuantChunks == kLanes, "chunks past 64 are tail chunks");
     constexpr int kLateUnits = kRows * kLateChunks;
 #pragma unroll
@@ -298,7 +316,10 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
                                       slot_index<Shape>(lists, block_begin, thread), sm);
     }
     __syncthreads();
-    if (block_begin < block_end) load_rows(0);
+    if (block_begin < block_end) {
+      load_rows(0);
+      if constexpr (kDirectTail<Shape, Traits>) load_block_tail<Shape, Traits>(0, thread, sm);
+    }
     ptx::cp_async_commit();
 
     for (int block = block_begin; block < block_end; ++block) {
@@ -335,7 +356,14 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
         ptx::cp_async_commit();
       }
       const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
-      Core::process_block(sm, tile, sm.valid[step & 1], scale_log2, w, acc);
+      Core::process_block(sm, tile, sm.valid[step & 1], scale_log2, w, acc, [&] {
+        if constexpr (kDirectTail<Shape, Traits>) {  // every warp is past this block's scores
+          if (has_next) {
+            load_block_tail<Shape, Traits>(step + 1, thread, sm);
+            ptx::cp_async_commit();
+          }
+        }
+      });
     }
     ptx::cp_async_wait<0>();
     Core::store(sm, PieceTarget{&launch, b, s, slot, head0}, w, acc);
