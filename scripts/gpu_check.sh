@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The one GPU command (`make gpu-check`): on a machine with a CUDA device, builds Release for the
 # H200 (sm_90a, 16 jobs), runs the GPU tests, compute-sanitizer memcheck + racecheck on a subset,
-# and the benchmark suites; writes logs and JSON to one folder and prints a short table last.
+# the benchmark suites and the mma.sync ceiling microbenchmark; writes logs and JSON to one folder
+# and prints a short table last.
 # Exits non-zero when any step fails.
 #
 #   scripts/gpu_check.sh [OUT_DIR]       OUT_DIR defaults to $OUT, else ./out
@@ -141,5 +142,21 @@ rc=$?
 [[ $rc != 0 ]] && FAILED=1
 cases=$(grep -c '"median_ms"' "$OUT_DIR/bench.json" 2>/dev/null)
 row bench "rc $rc, ${cases:-0} cases, suites $BENCH_SUITES" $(($(date +%s) - t0)) "bench.log bench.json"
-tail -40 "$OUT_DIR/bench.log"
+
+# ---- mma.sync ceiling (benchmarks/microbench/mma_sync_ceiling.cu), appended to bench.log: the
+# TFLOP/s the portable kernels' only tensor-core instruction reaches on this card (H200, session
+# 6: ~640 from registers, ~605 with the 64-row prefill's fragment loads), beside the suites.
+t0=$(date +%s)
+{
+  echo "== mma.sync ceiling (benchmarks/microbench/mma_sync_ceiling.cu)"
+  "${CUDACXX:-nvcc}" -O3 -std=c++20 -arch=sm_90a -I "$ROOT/src" \
+    "$ROOT/benchmarks/microbench/mma_sync_ceiling.cu" -o "$BUILD/mma_sync_ceiling" &&
+    timeout "$(left 0)" "$BUILD/mma_sync_ceiling"
+} >>"$OUT_DIR/bench.log" 2>&1
+rc=$?
+[[ $rc != 0 ]] && FAILED=1
+peak=$(awk '$1 == "registers" && $NF == "TFLOP/s" {print $(NF-1)}' "$OUT_DIR/bench.log" | sort -n | tail -1)
+with_loads=$(awk '$1 == "smem" && $2 == 8 && $NF == "TFLOP/s" {print $(NF-1)}' "$OUT_DIR/bench.log")
+row mma-ceiling "rc $rc, ${peak:-?} TFLOP/s, ${with_loads:-?} with loads" $(($(date +%s) - t0)) bench.log
+tail -45 "$OUT_DIR/bench.log"
 finish
