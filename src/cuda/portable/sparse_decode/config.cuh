@@ -36,7 +36,7 @@ inline constexpr int kDecodeMinCtas = Shape::kBlockKeys == 32 && Shape::kRows ==
 // `raw` shrinks by 32 x 128 B and the CTA from 79,872 to 75,776 B of shared memory, so 3 CTAs
 // fit an sm_90 SM instead of 2 (3 x (75,776 + 1,024 reserved) <= 233,472), as 3 already did for
 // v4_fp8 (71,680 B). Needs one row group: the softmax's row-group barrier, after which the tail
-// is gathered, must be CTA-wide.
+// is gathered, must be CTA-wide. Never paired (kCanPairHeadGroups).
 template <class Shape, class Traits>
 inline constexpr bool kDirectTail = Traits::kQuantDims > 0 && Traits::kScalesInRow &&
                                     Shape::kBlockKeys == 32 && Shape::kRowGroups == 1;
@@ -58,14 +58,23 @@ struct RawRow {
   static_assert(!kQuantized || Traits::kDataRowBytes % 16 == 0,
                 "token data rows are gathered in 16-B chunks");
   static_assert(Traits::kTailOffset % 16 == 0, "the bf16 tail is copied in 16-B chunks");
-  static_assert(!kDirectTailRows || (Traits::kScalesInRow &&
-                                     Traits::kTailOffset + 2 * Traits::kTailDims ==
-                                         Traits::kDataRowBytes),
-                "a direct tail is the end of the data row, after the scales");
+  static_assert(!kDirectTailRows ||
+                    (Traits::kScalesInRow &&
+                     Traits::kTailOffset + 2 * Traits::kTailDims == Traits::kDataRowBytes &&
+                     Traits::kScaleOffset + 4 * Traits::kNumScales <= Traits::kTailOffset &&
+                     Traits::kQuantDims == 512),
+                "a direct tail is the end of the data row, after the fp32 scales, and the "
+                "dequantisation's first pass covers exactly the 64 e4m3 chunks");
 };
 
 template <class Shape, class Traits>
 using RawRowOf = RawRow<Traits, kDirectTail<Shape, Traits>>;
+
+// Whether a tile may run as paired head groups (decode_pair_clusters; the host pairs only 64-row
+// tiles on sm_90): quantized caches without a direct tail, whose peer-half byte count
+// (the kernel's kHalfTileBytes) would include the tail that a direct-tail tile never stores.
+template <class Shape, class Traits>
+inline constexpr bool kCanPairHeadGroups = Traits::kQuantDims > 0 && !kDirectTail<Shape, Traits>;
 
 // Shared memory, in bytes (64 rows, 64 keys): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P +
 // 41,984 raw + 2,048 row statistics + 520 row addresses + 128 flags, padded by alignment to
@@ -100,10 +109,14 @@ static_assert(sizeof(DecodeSmem<DecodeShape<512, 64>, KvTraits<KvCacheFormat::kV
               kMaxSmemSm90);
 static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>, KvTraits<KvCacheFormat::kBf16, 576>>) <=
               kMaxSmemSm90);
-// 3 CTAs per sm_90 SM (228 KiB, 1 KiB reserved per CTA) for the 16-row compact tiles.
+// 3 CTAs per sm_90 SM for the 16-row compact tiles of both FP8 formats.
+inline constexpr int kSmemPerSmSm90 = 233472;    // 228 KiB
+inline constexpr int kSmemReservedPerCta = 1024;  // the driver's per-CTA reservation
 static_assert(3 * (sizeof(DecodeSmem<DecodeShape<576, 16, 32>,
-                                     KvTraits<KvCacheFormat::kV32Fp8, 576>>) + 1024) <= 233472);
+                                     KvTraits<KvCacheFormat::kV32Fp8, 576>>) +
+                   kSmemReservedPerCta) <= kSmemPerSmSm90);
 static_assert(3 * (sizeof(DecodeSmem<DecodeShape<512, 16, 32>,
-                                     KvTraits<KvCacheFormat::kV4Fp8, 512>>) + 1024) <= 233472);
+                                     KvTraits<KvCacheFormat::kV4Fp8, 512>>) +
+                   kSmemReservedPerCta) <= kSmemPerSmSm90);
 
 }  // namespace sparse_mla::cuda::portable_decode

@@ -2,7 +2,9 @@
 // (part, group) processes the query pieces its DecodePartSchedule names. Per piece (one query,
 // a range of its kBlockKeys-slot blocks over the main list then the extra list, one softmax):
 //   load       stage the next block's clamped row addresses, cp.async raw token bytes (FP8) or
-//              bf16 rows; invalid slots are zero-filled and never read;
+//              bf16 rows; invalid slots are zero-filled and never read; direct-tail tiles
+//              (config.cuh kDirectTail) gather the bf16 tail straight into the tile, the next
+//              block's once every warp has finished this block's scores (the cores' after_scores);
 //   dequantise raw e4m3 x fp32 scale -> bf16 tile (exact scale, kv_cache_traits.cuh offsets);
 //   score/softmax/accumulate  the MMA core (mma_core.cuh: the 64-row x 64-key tile runs the wide
 //              tiling of the 64-row prefill, every other tile the core shared with the 16/32-row
@@ -133,12 +135,16 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
 }
 
 // load (tail, direct-tail tiles; config.cuh kDirectTail): the bf16 tail of block `step`'s rows
-// (128 B = 8 chunks per row) straight into the tile's last 64 dims. Issued for the next block once
-// every warp has finished this block's scores, so it lands during this block's P.V.
+// (128 B = 8 chunks per row) straight into the tile's last 64 dims. A piece's first block's tail
+// goes with its raw rows; every later block's is issued once every warp has finished the previous
+// block's scores (the cores' after_scores hook), so it lands during that block's P.V.
 template <class Shape, class Traits>
 __device__ __forceinline__ void load_block_tail(int step, int thread,
                                                 DecodeSmem<Shape, Traits>& sm) {
   static_assert(kDirectTail<Shape, Traits>);
+  static_assert(Shape::kRowGroups == 1, "after_scores is CTA-wide only with one row group");
+  static_assert(Traits::kQuantDims + Traits::kTailDims == Shape::kDqk,
+                "the tail is the tile's last kTailDims dims");
   constexpr int kTailChunks = 2 * Traits::kTailDims / 16;
   const uint8_t* valid = sm.valid[step & 1];
   gather_rows_swizzled<Shape::kBlockKeys, kTailChunks, Shape::kThreads,
@@ -153,7 +159,8 @@ __device__ __forceinline__ void load_block_tail(int step, int thread,
 // have zero data and zero scales, so they dequantise to 0.
 // Mapping: thread t owns chunk c = t % 64 of rows r0 + kRowsPerPass * i (r0 = t / 64; chunks
 // 0..63: v32_fp8's 64 e4m3 chunks, v4_fp8's 56 e4m3 + 8 tail chunks), then the chunks past 64
-// (v32_fp8's 8 tail chunks) are shared out. The row loop is fully unrolled and every address is
+// (v32_fp8's 8 tail chunks) are shared out, except in direct-tail tiles (config.cuh kDirectTail),
+// whose tail is already in the tile: there only the 64 e4m3 chunks are written. The row loop is fully unrolled and every address is
 // a per-thread base plus a compile-time offset: the swizzle term (c ^ row) & 7 of row
 // r0 + kRowsPerPass * i is (c ^ r0) ^ ((kRowsPerPass * i) & 7) (r0 < kRowsPerPass, a power of 2),
 // so a thread needs only 8 / kRowsPerPass distinct swizzled column offsets.
@@ -213,7 +220,7 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
       store(tile_offset(i),
             dequant_e4m3x8(*reinterpret_cast<const uint2*>(data + i * kStep), scale));
     }
-  } else {
+  } else if constexpr (!kDirectTail<Shape, Traits>) {  // a direct tail has no raw copy
     const uint8_t* tail = raw_rows + Traits::kTailOffset + 16 * (chunk - kQuantChunks);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
@@ -276,6 +283,9 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   // counts the bytes on the peer's mbarrier `peer_half_landed`; a CTA barrier publishes the local
   // half and the mbarrier wait the peer's. (A fenced cluster barrier in that place compiled to
   // MEMBAR.ALL.GPU + ERRBAR + CCTL.IVALL and held ~11 % of the stall samples.)
+  // (Direct-tail tiles still compile the paired path, never taken: decode_pair_clusters returns 0
+  // for them and the host pairs only 64-row tiles. Dropping it there is for a GPU-checked change:
+  // it changes that kernel's code, 168 -> 166 registers.)
   constexpr bool kCanPair = Smem::kQuantized;
   constexpr uint32_t kHalfTileBytes =
       static_cast<uint32_t>(Shape::kBlockKeys / 2 * Shape::kChunksPerRow * 16);
@@ -415,7 +425,7 @@ template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 int decode_pair_clusters() {
   using Shape = DecodeShape<kDqk, kRows, kBlockKeys>;
   using Traits = KvTraits<kFormat, kDqk>;
-  if constexpr (!DecodeSmem<Shape, Traits>::kQuantized) {
+  if constexpr (!kCanPairHeadGroups<Shape, Traits>) {
     return 0;
   } else {
     auto kernel = portable_sparse_decode_kernel<Shape, Traits>;
