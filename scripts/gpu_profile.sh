@@ -8,7 +8,8 @@
 # Environment: SMLA_NCU_SECTIONS (default: speed of light, warp states, memory, launch,
 # occupancy), SMLA_NCU_KERNELS (kernel-name regex, default the decode/prefill/planner/combine
 # kernels), SMLA_NCU_SOURCE=1 (also sample warp stalls per SASS instruction of the first matching
-# kernel and print the hot spots with scripts/ncu_hotspots.py). Needs nlohmann_json: carry
+# kernel, print the hot spots and the per-phase samples with scripts/ncu_hotspots.py, and keep
+# the per-instruction table as OUT_DIR/profile_N_sass.csv.gz). Needs nlohmann_json: carry
 # .gpu-deps (see gpu_check.sh --prepare-deps).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -45,6 +46,8 @@ for case_flags in "$@"; do
         >"$BUILD/profile_${n}_sass.csv" 2>&1 &&
       python3 "$ROOT/scripts/ncu_hotspots.py" "$BUILD/profile_${n}_sass.csv" 40 \
         >"$OUT_DIR/hotspots_$n.txt" 2>&1
-    head -60 "$OUT_DIR/hotspots_$n.txt"
+    # The per-instruction table itself, for later reading without a GPU.
+    gzip -c "$BUILD/profile_${n}_sass.csv" >"$OUT_DIR/profile_${n}_sass.csv.gz" 2>/dev/null
+    cat "$OUT_DIR/hotspots_$n.txt"
   fi
 done

@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Summarises `ncu --page source --print-source sass --csv` output: per-column totals of the
-numeric (sampling) columns and the SASS instructions with the most warp-stall samples.
+numeric (sampling) columns, the SASS instructions with the most warp-stall samples (each with its
+main stall reasons), and the samples per barrier-delimited segment of the code (a kernel's phases:
+the instructions between two BAR / named-barrier / SYNCS waits), so a profile says which phase
+holds the time and why.
 
     ncu_hotspots.py SASS_CSV [TOP]      (gpu_profile.sh runs it with SMLA_NCU_SOURCE=1)
 """
@@ -36,10 +39,53 @@ def main():
     print(f"\ntop {top} instructions by '{header[key]}':")
     ranked = sorted(body, key=lambda r: -(number(r[key]) or 0) if key < len(r) else 0)
     all_samples = totals[header[key]] or 1
+    # Stall-reason columns: "stall_x" (all samples), not their "(Not Issued)" twins.
+    reasons = [i for i in numeric
+               if header[i].startswith("stall_") and "Not Issued" not in header[i]]
+
+    def main_reasons(r, count=3):
+        values = sorted(((number(r[i]) or 0, header[i][6:]) for i in reasons if i < len(r)),
+                        reverse=True)
+        return " ".join(f"{name} {v:.0f}" for v, name in values[:count] if v > 0)
+
     for r in ranked[:top]:
         value = number(r[key]) or 0
         addr = r[0] if header[0] != header[text_col] else ""
-        print(f"  {100 * value / all_samples:5.1f}%  {addr:>8}  {r[text_col][:90]}")
+        print(f"  {100 * value / all_samples:5.1f}%  {addr:>8}  {r[text_col][:70]:70}  "
+              f"{main_reasons(r)}")
+
+    # Segments: a new one starts after each barrier wait, in address (row) order.
+    segments = []
+    current = None
+    for r in body:
+        text = r[text_col] if text_col < len(r) else ""
+        if current is None:
+            current = {"first": r[0], "rows": 0, "samples": 0.0, "hmma": 0, "ldsm": 0,
+                       "reasons": {}}
+        current["rows"] += 1
+        current["samples"] += (number(r[key]) or 0) if key < len(r) else 0
+        current["hmma"] += "HMMA" in text
+        current["ldsm"] += "LDSM" in text
+        for i in reasons:
+            if i < len(r):
+                current["reasons"][header[i][6:]] = (current["reasons"].get(header[i][6:], 0) +
+                                                     (number(r[i]) or 0))
+        if "BAR.SYNC" in text or "BAR.RED" in text or "SYNCS.PHASECHK" in text:
+            current["last"] = r[0]
+            segments.append(current)
+            current = None
+    if current is not None:
+        current["last"] = body[-1][0] if body else ""
+        segments.append(current)
+    print(f"\nsegments between barrier waits (>= 1 % of '{header[key]}'):")
+    for seg in segments:
+        share = 100 * seg["samples"] / all_samples
+        if share < 1.0:
+            continue
+        mix = sorted(((v, k) for k, v in seg["reasons"].items()), reverse=True)[:3]
+        mix_text = " ".join(f"{k} {100 * v / (seg['samples'] or 1):.0f}%" for v, k in mix if v)
+        print(f"  {share:5.1f}%  {seg['first']:>8}..{seg['last']:<8}  {seg['rows']:5d} instr "
+              f"{seg['hmma']:4d} HMMA {seg['ldsm']:4d} LDSM  {mix_text}")
 
 
 if __name__ == "__main__":
