@@ -3,7 +3,8 @@
 // back end uses) reaches with nothing else in the way, and with the portable kernels' fragment
 // traffic from shared memory in the way.
 //
-//   nvcc -O3 -std=c++20 -arch=sm_90a -I src benchmarks/microbench/mma_sync_ceiling.cu -o mma_ceiling
+//   nvcc -O3 -std=c++20 -arch=sm_90a -I src -o mma_ceiling \
+//     benchmarks/microbench/mma_sync_ceiling.cu
 //   ./mma_ceiling [--json FILE]
 //
 // Two loops, each warp with `kChains` independent 16x8 fp32 accumulators:
@@ -145,15 +146,14 @@ int main(int argc, char** argv) {
     }
     const double tflops = mmas * 4096.0 / (ms * 1e-3) / 1e12;
     rows.push_back({loop, warps, chains, tflops});
-    std::printf("%-9s  %2d warps/SM  %2d accumulators/warp  %7.3f ms  %6.1f TFLOP/s\n", loop,
-                warps, chains, ms, tflops);
+    std::printf("%-9s  %2d warps/SM  %2d accumulators/warp  %7.3f ms  %6.1f TFLOP/s\n", loop, warps,
+                chains, ms, tflops);
   };
   for (int warps : {4, 8, 16, 32}) {
     const dim3 grid(sms), block(32 * warps);
     auto run_registers = [&]<int kChains>() {
       const float ms = best_ms([&] { mma_registers<kChains><<<grid, block>>>(sink, kIters); });
-      report("registers", warps, kChains,
-             static_cast<double>(sms) * warps * kIters * kChains, ms);
+      report("registers", warps, kChains, static_cast<double>(sms) * warps * kIters * kChains, ms);
     };
     run_registers.template operator()<4>();
     run_registers.template operator()<8>();
