@@ -11,7 +11,8 @@
 #                                        them and without network (the device image): carry it
 # Files written (7, flat): machine.txt build.log gpu_tests.log sanitizer.log bench.log bench.json
 # summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"; "none" skips the benchmarks),
-# SMLA_SANITIZER_FILTER (gtest filter), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under
+# SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck"; add
+# synccheck for changes to named barriers), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under
 # the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json).
 set -uo pipefail
@@ -120,15 +121,16 @@ t0=$(date +%s)
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 TESTS="$BUILD/tests/cpp/sparse_mla_gpu_tests"
 : >"$OUT_DIR/sanitizer.log"
-for tool in memcheck racecheck; do
+read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck racecheck}"
+for tool in "${SANITIZER_TOOLS[@]}"; do
   echo "==== $tool --gtest_filter=$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log"
-  timeout "$(($(left 120) / 2))" "$SAN" --tool $tool --error-exitcode 99 --print-limit 20 \
+  timeout "$(($(left 120) / ${#SANITIZER_TOOLS[@]}))" "$SAN" --tool "$tool" --error-exitcode 99 --print-limit 20 \
     "$TESTS" --gtest_filter="$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log" 2>&1
   rc=$?
   ran=$(awk '/^==== /{n=0} /^\[       OK \]/{n++} END{print n+0}' "$OUT_DIR/sanitizer.log")
   errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$OUT_DIR/sanitizer.log" | tail -1)
   [[ $rc != 0 || $ran == 0 ]] && FAILED=1
-  row $tool "rc $rc, ${errors:-no summary}, $ran tests ok" $(($(date +%s) - t0)) sanitizer.log
+  row "$tool" "rc $rc, ${errors:-no summary}, $ran tests ok" $(($(date +%s) - t0)) sanitizer.log
   t0=$(date +%s)
 done
 
