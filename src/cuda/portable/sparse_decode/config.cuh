@@ -47,11 +47,12 @@ inline constexpr bool kDirectTail = Traits::kQuantDims > 0 && Traits::kScalesInR
 template <class Traits, bool kDirectTailRows = false>
 struct RawRow {
   static constexpr bool kQuantized = Traits::kQuantDims > 0;
-  // data row (without its bf16 tail for direct-tail tiles), then (split-scale formats) the
-  // token's scale row; 16-B rounded for cp.async.
-  static constexpr int kBytes =
-      kDirectTailRows ? Traits::kTailOffset
-                      : Traits::kDataRowBytes + (Traits::kScalesInRow ? 0 : Traits::kScaleRowBytes);
+  // Bytes of the data row gathered into raw: all of it, or up to its bf16 tail for direct-tail
+  // tiles.
+  static constexpr int kDataBytes = kDirectTailRows ? Traits::kTailOffset : Traits::kDataRowBytes;
+  // the gathered data, then (split-scale formats) the token's scale row; 16-B rounded for
+  // cp.async.
+  static constexpr int kBytes = kDataBytes + (Traits::kScalesInRow ? 0 : Traits::kScaleRowBytes);
   static constexpr int kPitch = (kBytes + 15) / 16 * 16;
   static constexpr int kScaleBase =
       Traits::kScalesInRow ? Traits::kScaleOffset : Traits::kDataRowBytes;

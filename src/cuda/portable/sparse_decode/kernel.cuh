@@ -111,9 +111,7 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
   if constexpr (Smem::kQuantized) {
     using Raw = RawRowOf<Shape, Traits>;
     constexpr int kRows = kPaired ? Shape::kBlockKeys / 2 : Shape::kBlockKeys;
-    constexpr int kRawDataBytes =
-        kDirectTail<Shape, Traits> ? Traits::kTailOffset : Traits::kDataRowBytes;
-    gather_rows_linear<kRows, kRawDataBytes / 16, Raw::kPitch, Shape::kThreads>(
+    gather_rows_linear<kRows, Raw::kDataBytes / 16, Raw::kPitch, Shape::kThreads>(
         smem_u32(sm.raw) + row_base * Raw::kPitch, thread, [&](int r) {
           return RowSource{sm.row_ptr[row_base + r], valid[row_base + r] != 0};
         });

@@ -37,8 +37,8 @@ struct PrefillSmem {
   uint8_t valid[2][Shape::kBlockKeys];               // [2][keys] slot validity per buffer
 };
 
-// The 64-row CTA (h_q > 32) uses its own tiling (common/wide_tile_attention.cuh), built to cut shared-memory
-// reads, which bound the kernel (docs/kernels/portable_sparse_prefill.md):
+// The 64-row CTA (h_q > 32) uses its own tiling (common/wide_tile_attention.cuh), built to cut
+// shared-memory reads, which bound the kernel (docs/kernels/portable_sparse_prefill.md):
 //   QK^T split over d_qk: warp (g, rh, kh) scores rows [32 rh, +32) x keys [32 kh, +32) of the
 //        block over k-steps 2, 3 (g = 1) or 0, 1 (g = 0) of every 64-dim panel, i.e. half of
 //        d_qk; 32x32 warp tiles read 256 B of fragments per MMA (32x16 tiles: 384 B). The two
