@@ -244,20 +244,33 @@ bool pairing_wanted(KvCacheFormat format) {
   return forced >= 0 ? forced == 1 : format != KvCacheFormat::kBf16;
 }
 
-// entry->pair_clusters() for the current device, asked once per (entry, device): run needs it on
-// every call and the occupancy query is not free.
-int pair_clusters_of(const DecodeEntry* entry, int device) {
+// An occupancy query of a decode entry (entry->*kQuery: resident CTAs per SM or resident 2-CTA
+// clusters) for the current device, asked once per (entry, device): plan and run need it on every
+// call and the CUDA occupancy API is not free. A 0 from ctas_per_sm means the query failed (the
+// caller reports it) and is asked again next time; 0 clusters is an answer (no pairing).
+template <int (*DecodeEntry::*kQuery)(), bool kZeroIsAnswer>
+int asked_once(const DecodeEntry* entry, int device) {
   constexpr int kMaxDevices = 64;
-  // clusters + 1 per (entry, device); 0 = not asked yet.
+  // value + 1 per (entry, device); 0 = not asked yet.
   static std::array<std::atomic<int>, kDecodeEntries.size() * kMaxDevices> cache{};
-  if (device < 0 || device >= kMaxDevices) return entry->pair_clusters();
+  if (device < 0 || device >= kMaxDevices) return (entry->*kQuery)();
   std::atomic<int>& slot = cache[(entry - kDecodeEntries.data()) * kMaxDevices + device];
   int known = slot.load(std::memory_order_relaxed);
   if (known == 0) {
-    known = entry->pair_clusters() + 1;
+    const int value = (entry->*kQuery)();
+    if (value == 0 && !kZeroIsAnswer) return 0;
+    known = value + 1;
     slot.store(known, std::memory_order_relaxed);
   }
   return known - 1;
+}
+
+int pair_clusters_of(const DecodeEntry* entry, int device) {
+  return asked_once<&DecodeEntry::pair_clusters, true>(entry, device);
+}
+
+int ctas_per_sm_of(const DecodeEntry* entry, int device) {
+  return asked_once<&DecodeEntry::ctas_per_sm, false>(entry, device);
 }
 
 int head_groups_of(const SparseDecodeProblem& problem, const DecodeEntry& entry) {
@@ -282,7 +295,7 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
     shape->num_parts = shape->clusters;  // one part = one cluster = both head groups
     return {};
   }
-  shape->ctas_per_sm = entry.ctas_per_sm();
+  shape->ctas_per_sm = ctas_per_sm_of(&entry, problem.device.index);
   if (shape->ctas_per_sm < 1) {
     return unsupported("plan_sparse_decode: the " + std::to_string(entry.rows) + "-row, " +
                        std::to_string(entry.block_keys) +
