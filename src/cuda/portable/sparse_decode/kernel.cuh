@@ -282,8 +282,9 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   // half and the mbarrier wait the peer's. (A fenced cluster barrier in that place compiled to
   // MEMBAR.ALL.GPU + ERRBAR + CCTL.IVALL and held ~11 % of the stall samples.)
   // (Direct-tail tiles still compile the paired path, never taken: decode_pair_clusters returns 0
-  // for them and the host pairs only 64-row tiles. Dropping it there is for a GPU-checked change:
-  // it changes that kernel's code, 168 -> 166 registers.)
+  // for them and the host pairs only 64-row tiles. Compiling it out with kCanPairHeadGroups was
+  // tried in session 7: ptxas then spills 4 B at the 168-register cap on sm_90a and sm_80, where
+  // this form spills nothing, so the dead path stays.)
   constexpr bool kCanPair = Smem::kQuantized;
   constexpr uint32_t kHalfTileBytes =
       static_cast<uint32_t>(Shape::kBlockKeys / 2 * Shape::kChunksPerRow * 16);
