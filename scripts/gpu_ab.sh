@@ -13,7 +13,7 @@
 #   SMLA_AB_A_BIN=PATH   an existing sparse-mla of A (e.g. build-gpu/sparse-mla after
 #                        scripts/gpu_check.sh): A is not built again.
 #   SMLA_AB_B_CHECK=1    B is built and checked by its own scripts/gpu_check.sh (GPU tests,
-#                        memcheck + racecheck on SMLA_SANITIZER_FILTER, no benchmarks) into
+#                        memcheck, racecheck, synccheck on SMLA_SANITIZER_FILTER, no benchmarks) into
 #                        OUT_DIR/b-check before the A/B; a failed check stops the A/B.
 #   SMLA_AB_ENV="K=V ..." environment for both sides' bench runs and B's check (e.g.
 #                        SMLA_DECODE_PAIR_HEAD_GROUPS=1 to force a launch choice).

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one GPU command (`make gpu-check`): on a machine with a CUDA device, builds Release for the
-# H200 (sm_90a, 16 jobs), runs the GPU tests, compute-sanitizer memcheck + racecheck on a subset,
-# the benchmark suites and the mma.sync ceiling microbenchmark; writes logs and JSON to one folder
-# and prints a short table last.
+# H200 (sm_90a, 16 jobs), runs the GPU tests, compute-sanitizer memcheck, racecheck and synccheck on
+# a subset, the benchmark suites and the mma.sync ceiling microbenchmark; writes logs and JSON to
+# one folder and prints a short table last.
 # Exits non-zero when any step fails.
 #
 #   scripts/gpu_check.sh [OUT_DIR]       OUT_DIR defaults to $OUT, else ./out
@@ -11,8 +11,8 @@
 #                                        them and without network (the device image): carry it
 # Files written (7, flat): machine.txt build.log gpu_tests.log sanitizer.log bench.log bench.json
 # summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"; "none" skips the benchmarks),
-# SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck"; add
-# synccheck for changes to named barriers), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under
+# SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck synccheck";
+# synccheck takes ~5 s and found session 7's bar.sync-from-two-branches), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under
 # the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json).
 set -uo pipefail
@@ -121,7 +121,7 @@ t0=$(date +%s)
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 TESTS="$BUILD/tests/cpp/sparse_mla_gpu_tests"
 : >"$OUT_DIR/sanitizer.log"
-read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck racecheck}"
+read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck racecheck synccheck}"
 for tool in "${SANITIZER_TOOLS[@]}"; do
   echo "==== $tool --gtest_filter=$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log"
   timeout "$(($(left 120) / ${#SANITIZER_TOOLS[@]}))" "$SAN" --tool "$tool" --error-exitcode 99 --print-limit 20 \

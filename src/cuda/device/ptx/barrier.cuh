@@ -9,4 +9,12 @@ __device__ __forceinline__ void named_barrier_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// The same barrier for threads that reach it from different instructions (e.g. the two warps of
+// a pair on the two sides of a warp-uniform branch): barrier.sync without .aligned. bar.sync is
+// barrier.sync.aligned, which PTX defines only when every participating thread executes the same
+// instruction (compute-sanitizer synccheck: "divergent thread(s) in block").
+__device__ __forceinline__ void named_barrier_sync_unaligned(int id, int count) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 }  // namespace sparse_mla::cuda::ptx

@@ -129,6 +129,12 @@ __device__ __forceinline__ void wide_score(uint32_t q_tile, uint32_t kv_tile, co
 // Barrier ids 1..8, bar.sync by both warps (a bar.arrive hand-off would not wait less, since each
 // warp needs the other's half, and compute-sanitizer racecheck flagged it as a race):
 // warp 0 writes its half; warp 1 reads, writes its own half; warp 0 reads.
+// The two warps reach each barrier from different instructions (the two sides of the g branch),
+// so the barriers are barrier.sync without .aligned: with bar.sync (.aligned, undefined there by
+// PTX) compute-sanitizer synccheck reported "divergent thread(s) in block" and aborted the kernel.
+// Measured (session 7, H200, benchmarks/results/ab-exchange-unaligned-barrier-2026-11-30): prefill
+// +0.0-0.9 %, decode +0.4-1.9 %; moving one bar.sync of each id out of the branches instead cost
+// prefill +1.5-2.6 % (exp-exchange-same-pc-barriers-2026-11-30).
 __device__ __forceinline__ void wide_exchange(float (&s)[2][4][4], float* scratch,
                                               const WidePlace& w, float (&own)[4][4]) {
   const int slot = 2 * w.rh + w.kh;
@@ -137,18 +143,18 @@ __device__ __forceinline__ void wide_exchange(float (&s)[2][4][4], float* scratc
   if (w.g == 0) {
 #pragma unroll
     for (int e = 0; e < 16; ++e) x[32 * e] = s[1][e / 4][e % 4];
-    ptx::named_barrier_sync(sent, 64);
-    ptx::named_barrier_sync(returned, 64);
+    ptx::named_barrier_sync_unaligned(sent, 64);
+    ptx::named_barrier_sync_unaligned(returned, 64);
 #pragma unroll
     for (int e = 0; e < 16; ++e) own[e / 4][e % 4] = s[0][e / 4][e % 4] + x[32 * e];
   } else {
-    ptx::named_barrier_sync(sent, 64);
+    ptx::named_barrier_sync_unaligned(sent, 64);
 #pragma unroll
     for (int e = 0; e < 16; ++e) {
       own[e / 4][e % 4] = s[1][e / 4][e % 4] + x[32 * e];
       x[32 * e] = s[0][e / 4][e % 4];
     }
-    ptx::named_barrier_sync(returned, 64);
+    ptx::named_barrier_sync_unaligned(returned, 64);
   }
 }
 
