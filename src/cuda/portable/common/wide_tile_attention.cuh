@@ -79,10 +79,16 @@ __device__ __forceinline__ void wide_for_each_row(const WideAccum<Shape>& acc, c
 }
 
 // score: s[mt][nt] = Q[32 rh + 16 mt ..] . K[32 kh + 8 nt ..]^T over k-steps 2g, 2g+1 of every
-// panel (chunks 4g .. 4g+3), raw partial dot products.
-template <class Shape>
+// panel (chunks 4g .. 4g+3), raw partial dot products. each_step(i) runs before k-step i of the
+// warp's 2 * kPanels (the prefill issues one cp.async of the next block there, see
+// wide_kernel.cuh).
+struct NoStepHook {
+  __device__ __forceinline__ void operator()(int) const {}
+};
+
+template <class Shape, class StepHook = NoStepHook>
 __device__ __forceinline__ void wide_score(uint32_t q_tile, uint32_t kv_tile, const WidePlace& w,
-                                           float (&s)[2][4][4]) {
+                                           float (&s)[2][4][4], StepHook&& each_step = {}) {
   LdsmLane a_lane[2];
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
@@ -101,6 +107,7 @@ __device__ __forceinline__ void wide_score(uint32_t q_tile, uint32_t kv_tile, co
   for (int panel = 0; panel < Shape::kPanels; ++panel) {
 #pragma unroll
     for (int step = 0; step < 2; ++step) {
+      each_step(2 * panel + step);
       const int c8 = panel * 8 + 2 * step;
       uint32_t a[2][4], b[2][4];
 #pragma unroll

@@ -1,10 +1,10 @@
 // The 64-row portable prefill kernel (h_q > 32; config.cuh WideShape,
 // common/wide_tile_attention.cuh): one CTA = one query token x 64 heads, 8 warps, the token's slots
 // in 64-key blocks, double-buffered cp.async gathers. Per block i: wait for block i's rows,
-// __syncthreads; issue block i+1's rows into the other buffer and fetch block i+2's indices; score
-// (split d_qk) -> exchange -> softmax (2 __syncthreads) -> accumulate. No address staging in shared
-// memory: each thread gathers 16-B chunks q, q+4, ... of one row (row = thread / 4), so it needs
-// one index per block.
+// __syncthreads; score (split d_qk), issuing block i+1's rows into the other buffer one cp.async
+// per k-step; fetch block i+2's indices; exchange -> softmax (2 __syncthreads) -> accumulate.
+// No address staging in shared memory: each thread gathers 16-B chunks q, q+4, ... of one row
+// (row = thread / 4), so it needs one index per block.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,17 +43,33 @@ __device__ __forceinline__ int32_t wide_row_index(const int32_t* token_indices, 
   return k < n_valid ? __ldg(token_indices + k) : -1;
 }
 
-// Gathers block `block` (this thread's row has index `index`) into buffer block & 1 and records
-// the row's validity (0 <= index < s_kv); invalid rows are zero-filled from row 0's address.
+// This thread's part of block `block`'s gather (its row has index `index`) into buffer
+// block & 1: the row's validity (0 <= index < s_kv) is recorded at once, the copies are issued one
+// by one, copy(j) for j < kCopies moving chunk (thread % 4) + 4j of the row (4 threads cover a
+// 64-B run of a row, as wide_gather_row). Invalid rows are zero-filled from row 0's address.
 template <class Shape>
-__device__ __forceinline__ void wide_load_block(const detail::PrefillParams& p, int32_t index,
-                                                int block, int thread, WideSmem<Shape>& sm) {
-  const bool valid = index >= 0 && index < p.problem.s_kv;
-  const auto* src = reinterpret_cast<const uint8_t*>(
-      p.kv + (valid ? static_cast<int64_t>(index) * p.kv_stride_s : 0));
-  wide_gather_row<Shape>(smem_u32(sm.kv[block & 1]), thread, src, valid);
-  if ((thread & 3) == 0) sm.valid[block & 1][thread >> 2] = valid ? 1 : 0;
-}
+struct WideRowGather {
+  static constexpr int kCopies = Shape::kChunksPerRow / 4;
+  uint32_t tile;
+  const uint8_t* src;
+  uint32_t bytes;  // 16, or 0 (zero fill) for an invalid row
+  int row, lane_chunk;
+
+  __device__ __forceinline__ WideRowGather(const detail::PrefillParams& p, int32_t index, int block,
+                                           int thread, WideSmem<Shape>& sm)
+      : tile(smem_u32(sm.kv[block & 1])), row(thread >> 2), lane_chunk(thread & 3) {
+    const bool valid = index >= 0 && index < p.problem.s_kv;
+    src = reinterpret_cast<const uint8_t*>(
+        p.kv + (valid ? static_cast<int64_t>(index) * p.kv_stride_s : 0));
+    bytes = valid ? 16u : 0u;
+    if (lane_chunk == 0) sm.valid[block & 1][row] = valid ? 1 : 0;
+  }
+  __device__ __forceinline__ void copy(int j) const {
+    const int chunk = lane_chunk + 4 * j;
+    ptx::cp_async_cg_16(tile + tile_chunk_offset<Shape::kRows>(row, chunk), src + 16 * chunk,
+                        bytes);
+  }
+};
 
 // finish + store: row sums over the key halves; owners (kh 0) write lse, max_logits and the
 // rows' output scales; every warp stores its 64 rows x 64 columns. Heads >= h_q are skipped; a
@@ -127,8 +143,10 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     wide_gather_row<Shape>(smem_u32(sm.q), thread, src, valid);
   }
   if (num_blocks > 0) {
-    wide_load_block<Shape>(p, wide_row_index<Shape>(token_indices, n_valid, 0, thread), 0, thread,
-                           sm);
+    const WideRowGather<Shape> first(p, wide_row_index<Shape>(token_indices, n_valid, 0, thread), 0,
+                                     thread, sm);
+#pragma unroll
+    for (int j = 0; j < WideRowGather<Shape>::kCopies; ++j) first.copy(j);
   }
   ptx::cp_async_commit();
   int32_t next_index = wide_row_index<Shape>(token_indices, n_valid, 1, thread);
@@ -138,17 +156,24 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   acc.reset();
   const float scale_log2 = p.sm_scale * kLog2e;
 
+  // The next block's gather is spread over QK^T: one cp.async per k-step (kCopies == the warp's
+  // 2 * kPanels k-steps), so the LSU takes the copies between the ldmatrix/mma work instead of
+  // in one burst of kCopies per thread before it. Session 7's ncu profile of the burst: ~10 % of
+  // the stall samples were long-scoreboard waits of instructions that reuse an LDGSTS's address
+  // registers (the MIO queue full); interleaved, H200 A/B 0.965-0.982 on the 64-row prefill.
+  static_assert(WideRowGather<Shape>::kCopies == 2 * Shape::kPanels);
   for (int block = 0; block < num_blocks; ++block) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // block's rows landed; every warp is done with the other buffer and P
-    if (block + 1 < num_blocks) {
-      wide_load_block<Shape>(p, next_index, block + 1, thread, sm);
-      ptx::cp_async_commit();
-      next_index = wide_row_index<Shape>(token_indices, n_valid, block + 2, thread);
-    }
+    const bool has_next = block + 1 < num_blocks;
+    const WideRowGather<Shape> next(p, has_next ? next_index : -1, block + 1, thread, sm);
     const uint32_t kv_tile = smem_u32(sm.kv[block & 1]);
     float s[2][4][4], own[4][4];
-    wide_score<Shape>(smem_u32(sm.q), kv_tile, w, s);
+    wide_score<Shape>(smem_u32(sm.q), kv_tile, w, s, [&](int step) {
+      if (has_next) next.copy(step);
+    });
+    ptx::cp_async_commit();
+    if (has_next) next_index = wide_row_index<Shape>(token_indices, n_valid, block + 2, thread);
     wide_exchange(s, reinterpret_cast<float*>(sm.p), w, own);
     wide_softmax<Shape>(own, sm.valid[block & 1], scale_log2, sm.red, sm.alpha, sm.p, w, acc);
     wide_accumulate<Shape>(smem_u32(sm.p), kv_tile, sm.alpha, w, acc);
