@@ -11,9 +11,9 @@
 #                                        them and without network (the device image): carry it
 # Files written (7, flat): machine.txt build.log gpu_tests.log sanitizer.log bench.log bench.json
 # summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"; "none" skips the benchmarks),
-# SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck synccheck";
-# synccheck takes ~5 s and found session 7's bar.sync-from-two-branches), SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under
-# the device tool's 600 s),
+# SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck
+# synccheck"; synccheck takes ~5 s and found session 7's bar.sync reached from two branches),
+# SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json).
 set -uo pipefail
 

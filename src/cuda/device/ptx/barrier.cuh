@@ -11,8 +11,10 @@ __device__ __forceinline__ void named_barrier_sync(int id, int count) {
 
 // The same barrier for threads that reach it from different instructions (e.g. the two warps of
 // a pair on the two sides of a warp-uniform branch): barrier.sync without .aligned. bar.sync is
-// barrier.sync.aligned, which PTX defines only when every participating thread executes the same
-// instruction (compute-sanitizer synccheck: "divergent thread(s) in block").
+// barrier.sync.aligned, which PTX defines only when all threads of the CTA execute the same
+// barrier instruction (compute-sanitizer synccheck: "divergent thread(s) in block"). Each warp
+// must still arrive whole. PTX gives the non-aligned form these semantics from sm_70 on; this
+// library targets sm_80+.
 __device__ __forceinline__ void named_barrier_sync_unaligned(int id, int count) {
   asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }

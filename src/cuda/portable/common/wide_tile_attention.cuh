@@ -133,8 +133,8 @@ __device__ __forceinline__ void wide_score(uint32_t q_tile, uint32_t kv_tile, co
 // exchange: adds the partner's half of d_qk into m16 tile g; own[nt][i] = the full scores of the
 // owned rows. scratch: 4 slots (one per (rh, kh) pair) x [16 values][32 lanes] fp32, each lane
 // reading back only what it wrote, so the slot needs no barrier between warp 1's read and write.
-// Barrier ids 1..8, bar.sync by both warps (a bar.arrive hand-off would not wait less, since each
-// warp needs the other's half, and compute-sanitizer racecheck flagged it as a race):
+// Barrier ids 1..8, a full barrier by both warps (an arrive hand-off would not wait less, since
+// each warp needs the other's half, and compute-sanitizer racecheck flagged it as a race):
 // warp 0 writes its half; warp 1 reads, writes its own half; warp 0 reads.
 // The two warps reach each barrier from different instructions (the two sides of the g branch),
 // so the barriers are barrier.sync without .aligned: with bar.sync (.aligned, undefined there by

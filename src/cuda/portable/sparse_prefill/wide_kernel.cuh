@@ -160,7 +160,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // 2 * kPanels k-steps), so the LSU takes the copies between the ldmatrix/mma work instead of
   // in one burst of kCopies per thread before it. Session 7's ncu profile of the burst: ~10 % of
   // the stall samples were long-scoreboard waits of instructions that reuse an LDGSTS's address
-  // registers (the MIO queue full); interleaved, H200 A/B 0.965-0.982 on the 64-row prefill.
+  // registers (inferred: the warps wait for the LSU to take the burst; stall_mio itself was ~2 %);
+  // interleaved, H200 A/B 0.965-0.982 on the 64-row prefill.
   static_assert(WideRowGather<Shape>::kCopies == 2 * Shape::kPanels);
   for (int block = 0; block < num_blocks; ++block) {
     ptx::cp_async_wait<0>();
