@@ -104,6 +104,11 @@ if [[ $rc != 0 ]]; then
   finish
 fi
 row build "ok ($(grep -c 'warning:' "$OUT_DIR/build.log") compiler warnings)" $(($(date +%s) - t0)) build.log
+# Register spills that ptxas reported in this build's log (-Xptxas=-warn-spills; informational: the
+# kernel notes say which spills are accepted; an incremental build lists only what it rebuilt).
+spill_bytes=$(sed -n 's/.*Registers are spilled.*, \([0-9]*\) bytes spill stores.*/\1/p' \
+  "$OUT_DIR/build.log" | sort -n | uniq | tr '\n' ' ')
+row spills "$(grep -c 'Registers are spilled' "$OUT_DIR/build.log") kernels (bytes: ${spill_bytes:-none})" 0 build.log
 
 # ---- GPU tests --------------------------------------------------------------------------------
 t0=$(date +%s)
