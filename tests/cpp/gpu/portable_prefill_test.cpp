@@ -123,6 +123,27 @@ TEST_P(PortablePrefill, TopkAndFeatures) {
   }
 }
 
+// Long index lists on the 64-row tile: 5 (odd) and 8 (even, the last one partial) blocks of 64,
+// so a CTA runs several double-buffer rounds and index fetches made inside its block loop (the
+// other cases stop at 4 blocks); topk_length shortens some tokens' lists further.
+TEST_P(PortablePrefill, LongListsWideTile) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (Shape s : {Shape{4, 700, 64, 300}, Shape{3, 600, 128, 449}}) {
+    for (int variant = 0; variant < 2; ++variant) {
+      verify::PrefillRecipe r;
+      r.d_qk = GetParam();
+      r.s_q = s.s_q;
+      r.s_kv = s.s_kv;
+      r.h_q = s.h_q;
+      r.topk = s.topk;
+      r.attn_sink = variant == 1;
+      r.topk_length = variant == 1;
+      r.seed = 11 * s.topk + variant;
+      check_case(r);
+    }
+  }
+}
+
 // Many query tokens: the 1-D grid (token x head group on blockIdx.x) beyond 65535.
 TEST_P(PortablePrefill, SeventyThousandQueries) {
   SMLA_SKIP_WITHOUT_GPU();
@@ -143,7 +164,8 @@ TEST_P(PortablePrefill, EmptyKvTensor) {
   const int64_t s_q = 3, h_q = 16, d_qk = GetParam(), topk = 70;
   std::vector<uint16_t> q_host(s_q * h_q * d_qk, 0x3f80);  // bf16 1.0
   std::vector<int32_t> indices_host(s_q * topk);
-  for (size_t i = 0; i < indices_host.size(); ++i) indices_host[i] = static_cast<int32_t>(i % 3) - 1;
+  for (size_t i = 0; i < indices_host.size(); ++i)
+    indices_host[i] = static_cast<int32_t>(i % 3) - 1;
   Buffer q, indices, out, max_logits, lse;
   SMLA_ASSERT_OK(test_support::to_device(q_host, &q));
   SMLA_ASSERT_OK(test_support::to_device(indices_host, &indices));
