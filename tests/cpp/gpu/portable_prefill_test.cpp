@@ -83,6 +83,18 @@ void check_case(const verify::PrefillRecipe& recipe) {
 
 struct Shape {
   int64_t s_q, s_kv, h_q, topk;
+
+  // The recipe of this shape at d_qk; features as the recipe's defaults.
+  verify::PrefillRecipe recipe(int d_qk, uint64_t seed) const {
+    verify::PrefillRecipe r;
+    r.d_qk = d_qk;
+    r.s_q = s_q;
+    r.s_kv = s_kv;
+    r.h_q = h_q;
+    r.topk = topk;
+    r.seed = seed;
+    return r;
+  }
 };
 
 class PortablePrefill : public ::testing::TestWithParam<int> {};  // param: d_qk
@@ -108,16 +120,10 @@ TEST_P(PortablePrefill, TopkAndFeatures) {
   for (Shape s :
        {Shape{6, 40, 16, 1}, Shape{6, 40, 64, 37}, Shape{7, 50, 128, 200}, Shape{4, 512, 32, 64}}) {
     for (int variant = 0; variant < 3; ++variant) {
-      verify::PrefillRecipe r;
-      r.d_qk = GetParam();
-      r.s_q = s.s_q;
-      r.s_kv = s.s_kv;
-      r.h_q = s.h_q;
-      r.topk = s.topk;
+      verify::PrefillRecipe r = s.recipe(GetParam(), 7 * s.topk + variant);
       r.attn_sink = variant != 1;
       r.topk_length = variant != 2;
       r.padded_strides = variant != 0;
-      r.seed = 7 * s.topk + variant;
       check_case(r);
     }
   }
@@ -130,15 +136,9 @@ TEST_P(PortablePrefill, LongListsWideTile) {
   SMLA_SKIP_WITHOUT_GPU();
   for (Shape s : {Shape{4, 700, 64, 300}, Shape{3, 600, 128, 449}}) {
     for (int variant = 0; variant < 2; ++variant) {
-      verify::PrefillRecipe r;
-      r.d_qk = GetParam();
-      r.s_q = s.s_q;
-      r.s_kv = s.s_kv;
-      r.h_q = s.h_q;
-      r.topk = s.topk;
+      verify::PrefillRecipe r = s.recipe(GetParam(), 11 * s.topk + variant);
       r.attn_sink = variant == 1;
       r.topk_length = variant == 1;
-      r.seed = 11 * s.topk + variant;
       check_case(r);
     }
   }
