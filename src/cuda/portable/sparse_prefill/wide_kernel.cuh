@@ -21,18 +21,35 @@
 
 namespace sparse_mla::cuda::portable_prefill {
 
-// One 64-row tile of rows: thread t copies chunks (t % 4) + 4j of row t / 4 (4 threads cover a
-// 64-B run of a row; a warp's 16-B writes land on 8 rows x 4 chunks = all 8 bank groups, 4 times).
+// One 64-row tile of rows: thread t copies chunks (t % 4) + 4j, j < kCopies, of row t / 4 (4
+// threads cover a 64-B run of a row; a warp's 16-B writes land on 8 rows x 4 chunks = all 8 bank
+// groups, 4 times), one copy(j) at a time or all at once. Invalid rows are zero-filled from `src`.
+template <class Shape>
+struct WideRowCopies {
+  static constexpr int kCopies = Shape::kChunksPerRow / 4;
+  uint32_t tile;
+  const uint8_t* src;
+  uint32_t bytes;  // 16, or 0 (zero fill) for an invalid row
+  int row, lane_chunk;
+
+  __device__ __forceinline__ WideRowCopies(uint32_t tile_, int thread, const uint8_t* src_,
+                                           bool valid)
+      : tile(tile_), src(src_), bytes(valid ? 16u : 0u), row(thread >> 2), lane_chunk(thread & 3) {}
+  __device__ __forceinline__ void copy(int j) const {
+    const int chunk = lane_chunk + 4 * j;
+    ptx::cp_async_cg_16(tile + tile_chunk_offset<Shape::kRows>(row, chunk), src + 16 * chunk,
+                        bytes);
+  }
+  __device__ __forceinline__ void copy_all() const {
+#pragma unroll
+    for (int j = 0; j < kCopies; ++j) copy(j);
+  }
+};
+
 template <class Shape>
 __device__ __forceinline__ void wide_gather_row(uint32_t tile, int thread, const uint8_t* src,
                                                 bool valid) {
-  const int row = thread >> 2;
-#pragma unroll
-  for (int j = 0; j < Shape::kChunksPerRow / 4; ++j) {
-    const int chunk = (thread & 3) + 4 * j;
-    ptx::cp_async_cg_16(tile + tile_chunk_offset<Shape::kRows>(row, chunk), src + 16 * chunk,
-                        valid ? 16u : 0u);
-  }
+  WideRowCopies<Shape>(tile, thread, src, valid).copy_all();
 }
 
 // Index of this thread's row in block `block`, -1 past the valid prefix.
@@ -43,33 +60,22 @@ __device__ __forceinline__ int32_t wide_row_index(const int32_t* token_indices, 
   return k < n_valid ? __ldg(token_indices + k) : -1;
 }
 
-// This thread's part of block `block`'s gather (its row has index `index`) into buffer
-// block & 1: the row's validity (0 <= index < s_kv) is recorded at once, the copies are issued one
-// by one, copy(j) for j < kCopies moving chunk (thread % 4) + 4j of the row (4 threads cover a
-// 64-B run of a row, as wide_gather_row). Invalid rows are zero-filled from row 0's address.
+// This thread's copies of block `block` (its row has index `index`) into buffer block & 1; the
+// row's validity (0 <= index < s_kv) is recorded at once. Invalid rows are zero-filled from row 0's
+// address.
 template <class Shape>
-struct WideRowGather {
-  static constexpr int kCopies = Shape::kChunksPerRow / 4;
-  uint32_t tile;
-  const uint8_t* src;
-  uint32_t bytes;  // 16, or 0 (zero fill) for an invalid row
-  int row, lane_chunk;
-
-  __device__ __forceinline__ WideRowGather(const detail::PrefillParams& p, int32_t index, int block,
-                                           int thread, WideSmem<Shape>& sm)
-      : tile(smem_u32(sm.kv[block & 1])), row(thread >> 2), lane_chunk(thread & 3) {
-    const bool valid = index >= 0 && index < p.problem.s_kv;
-    src = reinterpret_cast<const uint8_t*>(
-        p.kv + (valid ? static_cast<int64_t>(index) * p.kv_stride_s : 0));
-    bytes = valid ? 16u : 0u;
-    if (lane_chunk == 0) sm.valid[block & 1][row] = valid ? 1 : 0;
-  }
-  __device__ __forceinline__ void copy(int j) const {
-    const int chunk = lane_chunk + 4 * j;
-    ptx::cp_async_cg_16(tile + tile_chunk_offset<Shape::kRows>(row, chunk), src + 16 * chunk,
-                        bytes);
-  }
-};
+__device__ __forceinline__ WideRowCopies<Shape> wide_block_copies(const detail::PrefillParams& p,
+                                                                  int32_t index, int block,
+                                                                  int thread, WideSmem<Shape>& sm) {
+  const bool valid = index >= 0 && index < p.problem.s_kv;
+  const WideRowCopies<Shape> copies(
+      smem_u32(sm.kv[block & 1]), thread,
+      reinterpret_cast<const uint8_t*>(p.kv +
+                                       (valid ? static_cast<int64_t>(index) * p.kv_stride_s : 0)),
+      valid);
+  if (copies.lane_chunk == 0) sm.valid[block & 1][copies.row] = valid ? 1 : 0;
+  return copies;
+}
 
 // finish + store: row sums over the key halves; owners (kh 0) write lse, max_logits and the
 // rows' output scales; every warp stores its 64 rows x 64 columns. Heads >= h_q are skipped; a
@@ -143,10 +149,9 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
     wide_gather_row<Shape>(smem_u32(sm.q), thread, src, valid);
   }
   if (num_blocks > 0) {
-    const WideRowGather<Shape> first(p, wide_row_index<Shape>(token_indices, n_valid, 0, thread), 0,
-                                     thread, sm);
-#pragma unroll
-    for (int j = 0; j < WideRowGather<Shape>::kCopies; ++j) first.copy(j);
+    wide_block_copies<Shape>(p, wide_row_index<Shape>(token_indices, n_valid, 0, thread), 0, thread,
+                             sm)
+        .copy_all();
   }
   ptx::cp_async_commit();
   int32_t next_index = wide_row_index<Shape>(token_indices, n_valid, 1, thread);
@@ -162,12 +167,13 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   // the stall samples were long-scoreboard waits of instructions that reuse an LDGSTS's address
   // registers (inferred: the warps wait for the LSU to take the burst; stall_mio itself was ~2 %);
   // interleaved, H200 A/B 0.965-0.982 on the 64-row prefill.
-  static_assert(WideRowGather<Shape>::kCopies == 2 * Shape::kPanels);
+  static_assert(WideRowCopies<Shape>::kCopies == 2 * Shape::kPanels);
   for (int block = 0; block < num_blocks; ++block) {
     ptx::cp_async_wait<0>();
     __syncthreads();  // block's rows landed; every warp is done with the other buffer and P
     const bool has_next = block + 1 < num_blocks;
-    const WideRowGather<Shape> next(p, has_next ? next_index : -1, block + 1, thread, sm);
+    const WideRowCopies<Shape> next =
+        wide_block_copies<Shape>(p, has_next ? next_index : -1, block + 1, thread, sm);
     const uint32_t kv_tile = smem_u32(sm.kv[block & 1]);
     float s[2][4][4], own[4][4];
     wide_score<Shape>(smem_u32(sm.q), kv_tile, w, s, [&](int step) {
