@@ -103,14 +103,8 @@ class PortablePrefill : public ::testing::TestWithParam<int> {};  // param: d_qk
 TEST_P(PortablePrefill, EveryHeadCount) {
   SMLA_SKIP_WITHOUT_GPU();
   for (int64_t h_q : {1, 8, 16, 24, 32, 48, 64, 100, 128}) {
-    verify::PrefillRecipe r;
-    r.d_qk = GetParam();
-    r.s_q = 5;
-    r.s_kv = 300;
-    r.h_q = h_q;
-    r.topk = 100;  // not a multiple of 64: a partial second block
-    r.seed = 100 + h_q;
-    check_case(r);
+    // topk 100 is not a multiple of 64: a partial second block.
+    check_case(Shape{5, 300, h_q, 100}.recipe(GetParam(), 100 + h_q));
   }
 }
 
@@ -147,14 +141,7 @@ TEST_P(PortablePrefill, LongListsWideTile) {
 // Many query tokens: the 1-D grid (token x head group on blockIdx.x) beyond 65535.
 TEST_P(PortablePrefill, SeventyThousandQueries) {
   SMLA_SKIP_WITHOUT_GPU();
-  verify::PrefillRecipe r;
-  r.d_qk = GetParam();
-  r.s_q = 70000;
-  r.s_kv = 48;
-  r.h_q = 2;
-  r.topk = 8;
-  r.seed = 70000;
-  check_case(r);
+  check_case(Shape{70000, 48, 2, 8}.recipe(GetParam(), 70000));
 }
 
 // No KV rows at all (s_kv = 0, kv.data null): every slot is invalid, nothing may be read or
@@ -197,16 +184,8 @@ TEST_P(PortablePrefill, EmptyKvTensor) {
 // offsets index * kv_stride must be 64-bit; most indexed rows live past the 2 GiB mark.
 TEST_P(PortablePrefill, KvBeyondTwoGigabytes) {
   SMLA_SKIP_WITHOUT_GPU();
-  for (int64_t h_q : {16, 128}) {
-    verify::PrefillRecipe r;
-    r.d_qk = GetParam();
-    r.s_q = 3;
-    r.s_kv = 2200000;
-    r.h_q = h_q;
-    r.topk = 192;
-    r.seed = 31 + h_q;
-    check_case(r);
-  }
+  for (int64_t h_q : {16, 128})
+    check_case(Shape{3, 2200000, h_q, 192}.recipe(GetParam(), 31 + h_q));
 }
 
 INSTANTIATE_TEST_SUITE_P(DQk, PortablePrefill, ::testing::Values(576, 512),
