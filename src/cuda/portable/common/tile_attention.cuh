@@ -1,7 +1,8 @@
 // The per-warp math of one block of Shape::kBlockKeys (64 or 32) keys, shared by the portable
 // prefill and decode kernels:
 //   score      S = Q K^T for the warp's rows x kKeysPerWarp keys (mma.sync m16n8k16, ldmatrix from the
-//              swizzled Q and KV tiles), scaled to the log2 domain, invalid keys -> -inf;
+//              swizzled Q and KV tiles; warps owning one m16 x n8 tile split d_qk in pairs),
+//              scaled to the log2 domain, invalid keys -> -inf;
 //   softmax    row max across the 4 warps of a row group (shared memory + named barrier),
 //              running max/sum update, P = exp2(S - m) to shared memory as bf16, O rescaled;
 //   accumulate O += P V over the block's keys for the warp's 128 output columns
@@ -80,43 +81,99 @@ __device__ __forceinline__ LdsmLane ldsm_lane(uint32_t tile, int row, int chunk_
 template <class Shape>
 using ScoreTile = float[Shape::kMTiles][Shape::kKeyTiles][4];
 
+// Split-dims score for warps that own one m16 x n8 score tile (16 rows per row group, 32-key
+// blocks: the 16 x 32 and 32 x 32 tiles): the two warps of a pair (key groups 2j, 2j + 1) both
+// score keys [16j, 16j + 16), each over one half of every 64-dim panel (dims 0-31 / 32-63 of
+// it), and swap the halves of the sum they do not own through the dead P tile. Per warp and
+// block this reads half of Q's fragments (the 4 warps re-read all of Q every block otherwise, 37 %
+// of the 16 x 32 decode tile's shared-memory bytes) and the same K bytes, for 4 KB of exchange
+// traffic per row group. The owned keys are today's (8 key_group ..), so softmax and P.V do not
+// change.
+template <class Shape>
+inline constexpr bool kSplitDimsScore =
+    Shape::kMTiles == 1 && Shape::kKeyTiles == 1 && Shape::kKeyGroups == 4;
+
 // score: s[mt][nt] = Q[rows of mt] . K[key0 + 8 nt .. +8]^T over all d_qk dims (raw dot).
 // B fragments: ldmatrix x4 = 2 key tiles x k16 (16 keys per warp), x2 = 1 key tile (8 keys).
+// p_scratch: the P tile, used by the split-dims form only. Caller contract: a barrier of the
+// row group (or the CTA) between the previous block's accumulate_block and this call (both
+// kernels' loop-top __syncthreads), so P is dead here; softmax_block writes P only after its
+// row-group barrier, which every warp reaches after reading its partner's slot.
 template <class Shape>
 __device__ __forceinline__ void score_block(uint32_t q_tile, uint32_t kv_tile, const WarpPlace& w,
-                                            ScoreTile<Shape>& s) {
-  LdsmLane a_lane[Shape::kMTiles];
+                                            ScoreTile<Shape>& s, float* p_scratch) {
+  if constexpr (kSplitDimsScore<Shape>) {
+    // 4 warps x 32 lanes x 4 fp32 slots = exactly the row group's 16 rows of P (16 x 128 B), so
+    // no slot overlaps another row group's P.
+    static_assert(4 * 32 * 4 * sizeof(float) == 16 * 128 &&
+                  Shape::kRowGroups * 16 * 128 == Shape::kPBytes);
+    const int pair = w.key_group >> 1, dims_half = w.key_group & 1;
+    float part[2][4] = {};  // [key tile: keys 16 pair + 8 n ..][fragment]
+    // Half h takes k-steps 2h, 2h + 1 of every panel (chunks 4h .. 4h + 3). Chunk 4h + c of a
+    // swizzled row is (4h + c) ^ x = c ^ (x ^ 4h): folding 4h into the lane's swizzle term keeps
+    // every address a per-lane base plus a compile-time offset (a fully unrolled loop; indexing
+    // k-steps h * kSteps / 2 + k instead put ~20 integer instructions per iteration into a
+    // rolled loop and spilled 4 B in v32fp8_h16_k32).
+    LdsmLane a_lane = ldsm_lane(q_tile, w.row0 + (w.lane & 15), w.lane >> 4);
+    LdsmLane b_lane =
+        ldsm_lane(kv_tile, 16 * pair + ((w.lane >> 4) << 3) + (w.lane & 7), (w.lane >> 3) & 1);
+    a_lane.x ^= 4u * dims_half;
+    b_lane.x ^= 4u * dims_half;
 #pragma unroll
-  for (int mt = 0; mt < Shape::kMTiles; ++mt) {
-    a_lane[mt] = ldsm_lane(q_tile, w.row0 + mt * 16 + (w.lane & 15), w.lane >> 4);
-#pragma unroll
-    for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
+    for (int k = 0; k < 2 * Shape::kPanels; ++k) {
+      const int c8 = 8 * (k >> 1) + 2 * (k & 1);
+      uint32_t a[4], b[4];
+      ptx::ldmatrix_x4(a, a_lane.template at<Shape::kRows>(c8));
+      ptx::ldmatrix_x4(b, b_lane.template at<Shape::kBlockKeys>(c8));
+      ptx::mma_m16n8k16_bf16_f32(part[0], a, b[0], b[1]);
+      ptx::mma_m16n8k16_bf16_f32(part[1], a, b[2], b[3]);
     }
-  }
-  // x2 uses the addresses of lanes 0..15 only (keys key0..key0+7, both k halves).
-  const LdsmLane b_lane = ldsm_lane(
-      kv_tile, w.key0 + (Shape::kKeyTiles == 2 ? ((w.lane >> 4) << 3) : 0) + (w.lane & 7),
-      (w.lane >> 3) & 1);
+    // This warp owns key tile dims_half (keys 8 key_group ..); its partner owns the other.
+    float* mine = p_scratch + (4 * w.row_group + w.key_group) * 128 + w.lane;
+    const float* partners = p_scratch + (4 * w.row_group + (w.key_group ^ 1)) * 128 + w.lane;
 #pragma unroll
-  for (int ks = 0; ks < Shape::kDqk / 16; ++ks) {
-    uint32_t a[Shape::kMTiles][4];
+    for (int i = 0; i < 4; ++i) {
+      const bool low = dims_half == 0;
+      mine[32 * i] = low ? part[1][i] : part[0][i];
+      s[0][0][i] = low ? part[0][i] : part[1][i];
+    }
+    ptx::named_barrier_sync(3 + 2 * w.row_group + pair, 64);  // ids 3-6; softmax uses 1-2
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[0][0][i] += partners[32 * i];
+  } else {
+    LdsmLane a_lane[Shape::kMTiles];
 #pragma unroll
     for (int mt = 0; mt < Shape::kMTiles; ++mt) {
-      ptx::ldmatrix_x4(a[mt], a_lane[mt].template at<Shape::kRows>(2 * ks));
-    }
-    uint32_t b[4];
-    if constexpr (Shape::kKeyTiles == 2) {
-      ptx::ldmatrix_x4(b, b_lane.template at<Shape::kBlockKeys>(2 * ks));
-    } else {
-      ptx::ldmatrix_x2(b[0], b[1], b_lane.template at<Shape::kBlockKeys>(2 * ks));
-    }
-#pragma unroll
-    for (int mt = 0; mt < Shape::kMTiles; ++mt) {
+      a_lane[mt] = ldsm_lane(q_tile, w.row0 + mt * 16 + (w.lane & 15), w.lane >> 4);
 #pragma unroll
       for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
-        ptx::mma_m16n8k16_bf16_f32(s[mt][nt], a[mt], b[2 * nt], b[2 * nt + 1]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[mt][nt][i] = 0.0f;
+      }
+    }
+    // x2 uses the addresses of lanes 0..15 only (keys key0..key0+7, both k halves).
+    const LdsmLane b_lane = ldsm_lane(
+        kv_tile, w.key0 + (Shape::kKeyTiles == 2 ? ((w.lane >> 4) << 3) : 0) + (w.lane & 7),
+        (w.lane >> 3) & 1);
+#pragma unroll
+    for (int ks = 0; ks < Shape::kDqk / 16; ++ks) {
+      uint32_t a[Shape::kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < Shape::kMTiles; ++mt) {
+        ptx::ldmatrix_x4(a[mt], a_lane[mt].template at<Shape::kRows>(2 * ks));
+      }
+      uint32_t b[4];
+      if constexpr (Shape::kKeyTiles == 2) {
+        ptx::ldmatrix_x4(b, b_lane.template at<Shape::kBlockKeys>(2 * ks));
+      } else {
+        ptx::ldmatrix_x2(b[0], b[1], b_lane.template at<Shape::kBlockKeys>(2 * ks));
+      }
+#pragma unroll
+      for (int mt = 0; mt < Shape::kMTiles; ++mt) {
+#pragma unroll
+        for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {
+          ptx::mma_m16n8k16_bf16_f32(s[mt][nt], a[mt], b[2 * nt], b[2 * nt + 1]);
+        }
       }
     }
   }

@@ -3,7 +3,8 @@
 // slots in blocks of kBlockKeys (64, or 32 for the compact decode tiles) gathered rows. Warps form
 // kRowGroups x 4: the 4 warps of a row group share kMTiles m16 tiles of rows; warp k of the group
 // scores keys [k*kKeysPerWarp, (k+1)*kKeysPerWarp) of each block (QK^T; 16 or 8 keys = 2 or 1 n8
-// tiles) and accumulates output columns [128k, 128k+128) (PV), so the O accumulator
+// tiles; with 8, the pair k, k ^ 1 computes them as halves of d_qk, tile_attention.cuh) and
+// accumulates output columns [128k, 128k+128) (PV), so the O accumulator
 // (kMTiles x 16 n8-tiles x 4 fp32) fits registers and P crosses warps through shared memory.
 #pragma once
 

@@ -1,8 +1,9 @@
 // The MMA core of the decode split kernel: what one CTA does with a block whose bf16 tile is in
 // shared memory (score, softmax, accumulate) and how it stores a finished piece. Two cores:
 //   NarrowCore  the tiling shared with the 16/32-row prefill (common/tile_attention.cuh): warps
-//               of a row group score 16 (or 8) keys each over all of d_qk and accumulate 128
-//               output columns. Every tile but the 64-row x 64-key one.
+//               of a row group score 16 keys each over all of d_qk (8-key warps: the two of a
+//               pair score 16 keys over half of d_qk each and swap partial sums) and accumulate
+//               128 output columns. Every tile but the 64-row x 64-key one.
 //   WideCore    the 64-row x 64-key tiling of the 64-row prefill (common/wide_tile_attention.cuh):
 //               QK^T split over d_qk in 32x32 warp tiles, P.V in 64-row x 64-column warp tiles,
 //               ~20 % fewer shared-memory bytes per block (the bound of this core on the H200;
@@ -90,7 +91,7 @@ struct NarrowCore {
                                                        const Place& w, Accum& acc,
                                                        AfterScores after_scores) {
     ScoreTile<Shape> scores;
-    score_block<Shape>(smem_u32(sm.q), tile, w, scores);
+    score_block<Shape>(smem_u32(sm.q), tile, w, scores, reinterpret_cast<float*>(sm.p));
     softmax_block<Shape>(scores, valid, scale_log2, sm.red_max, sm.p, w, acc);
     after_scores();  // every warp of the row group has finished score_block
     accumulate_block<Shape>(smem_u32(sm.p), tile, w, acc);

@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
       ptx::cp_async_commit();
     }
     ScoreTile<Shape> s;
-    score_block<Shape>(smem_u32(sm.q), smem_u32(sm.kv[block & 1]), w, s);
+    score_block<Shape>(smem_u32(sm.q), smem_u32(sm.kv[block & 1]), w, s,
+                       reinterpret_cast<float*>(sm.p));
     softmax_block<Shape>(s, sm.valid[block & 1], scale_log2, sm.red_max, sm.p, w, acc);
     accumulate_block<Shape>(smem_u32(sm.p), smem_u32(sm.kv[block & 1]), w, acc);
   }
