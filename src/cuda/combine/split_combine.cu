@@ -1,11 +1,13 @@
-// Split-KV combine kernel and its launcher. One warp per (query, head): it merges the query's
-// log2-domain partial LSEs, writes the natural-log LSE (sink excluded, SPEC §2), and sums the
+// Split-KV combine kernel and its launcher. kColumnSlices (1 or 4) warps per (query, head), each
+// over kDv / kColumnSlices output columns: every warp merges the query's log2-domain partial LSEs,
+// the first writes the natural-log LSE (sink excluded, SPEC §2), and each sums its columns of the
 // normalised partial outputs weighted by exp2(lse_i - lse), scaled once by the sink factor.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/combine/launch.h"
@@ -16,16 +18,31 @@ namespace sparse_mla::cuda {
 namespace {
 
 constexpr int kDv = 512;  // SPEC: d_v is 512 for every model
-// 8 warps = 8 heads per CTA: h_q = 8..128 fills 1..16 CTAs per query, and a lane holds 16 fp32
-// accumulators (kDv / 32), so the CTA stays small enough for many per SM.
-constexpr int kHeadsPerCta = 8;
-constexpr int kThreads = kHeadsPerCta * 32;
-constexpr int kFloat4PerLane = kDv / (32 * 4);
-// Pieces whose partial rows a warp loads together, before it needs their weights: the first
-// chunk's loads are issued ahead of the LSE reductions, so the query's row reads and its LSE reads
-// are one DRAM round trip instead of two or three in series (16-row decode tiles split a query
-// into ~4 pieces at b = 64-128, V3.2 and V4). 4 x 16 fp32 registers per lane.
-constexpr int kPiecesPerChunk = 4;
+constexpr int kThreads = 256;  // 8 warps
+
+// How a CTA's 8 warps cover (query, head, columns).
+//   kColumnSlices 1: one warp per head over all 512 columns (a lane: 4 float4 per piece), 8 heads
+//     per CTA: h_q = 8..128 fills 1..16 CTAs per query. 126 registers.
+//   kColumnSlices 4: 4 warps per head, 128 columns each (a lane: one float4 per piece), 2 heads
+//     per CTA: 4x the CTAs, for calls whose 1-slice grid leaves most SMs idle (V4 b=1 with 16
+//     heads: 2 CTAs, each warp walking ~20 pieces of 2 KB rows). The 4 warps of a head repeat the
+//     LSE reductions (4 B per piece). 64 registers. Measured on the H200 for every call
+//     (benchmarks/results/exp-combine-column-slices-2026-11-30/): small calls 0.91-0.97x, calls
+//     with >= 64 CTAs of the 1-slice grid 1.01-1.05x; hence use_column_slices() below.
+// kPiecesPerChunk: pieces whose partial rows a warp loads together, before it needs their weights.
+// The first chunk's loads are issued ahead of the LSE reductions, so a query's row reads and its
+// LSE reads are one DRAM round trip instead of two or three in series (16-row decode tiles split a
+// query into ~4 pieces at b = 64-128, ~20 at b = 1): 4 x 4 float4 registers per lane with one
+// slice, 8 x 1 with four.
+template <int kColumnSlicesValue>
+struct CombineTiling {
+  static constexpr int kColumnSlices = kColumnSlicesValue;
+  static constexpr int kColsPerWarp = kDv / kColumnSlices;
+  static constexpr int kFloat4PerLane = kColsPerWarp / (32 * 4);
+  static constexpr int kHeadsPerCta = kThreads / 32 / kColumnSlices;
+  static constexpr int kPiecesPerChunk = kColumnSlices == 1 ? 4 : 8;
+  static_assert(kColumnSlices == 1 || kColumnSlices == 4);
+};
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -55,13 +72,13 @@ __device__ float warp_sum(float v) {
   return v;
 }
 
-// Lane `lane` owns output columns lane*4 + k*128 + [0, 4), k < kFloat4PerLane: float4 loads of a
-// warp cover 512 contiguous bytes.
-template <bool kVectorStore>
-__device__ void store_row(uint16_t* row, int lane, const float (&acc)[kFloat4PerLane][4]) {
+// A lane owns output columns col0 + k*128 + [0, 4), k < kFloat4PerLane, with
+// col0 = slice * kColsPerWarp + lane * 4: a warp's float4 loads cover 512 contiguous bytes.
+template <bool kVectorStore, int kFloat4PerLane>
+__device__ void store_row(uint16_t* row, int col0, const float (&acc)[kFloat4PerLane][4]) {
 #pragma unroll
   for (int k = 0; k < kFloat4PerLane; ++k) {
-    const int col = lane * 4 + k * 128;
+    const int col = col0 + k * 128;
     __nv_bfloat162 lo = __floats2bfloat162_rn(acc[k][0], acc[k][1]);
     __nv_bfloat162 hi = __floats2bfloat162_rn(acc[k][2], acc[k][3]);
     if constexpr (kVectorStore) {
@@ -77,9 +94,12 @@ __device__ void store_row(uint16_t* row, int lane, const float (&acc)[kFloat4Per
   }
 }
 
-// Grid (num_queries, ceil(h_q / kHeadsPerCta)); warp w of CTA (q, y) combines head y*8 + w.
-template <bool kVectorStore>
+// Grid (num_queries, ceil(h_q / kHeadsPerCta)); warp w of CTA (q, y) combines column slice
+// w % kColumnSlices of head y * kHeadsPerCta + w / kColumnSlices.
+template <class Tiling, bool kVectorStore>
 __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) {
+  constexpr int kFloat4PerLane = Tiling::kFloat4PerLane;
+  constexpr int kPiecesPerChunk = Tiling::kPiecesPerChunk;
   // split_offsets is the planner's (or an earlier call's), complete before the split kernel
   // started, so it is read before the wait below; a query processed whole leaves at once.
   const int64_t query = blockIdx.x;
@@ -91,9 +111,11 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
   // results are complete and visible. A no-op for an ordinary launch.
   cudaGridDependencySynchronize();
 #endif
-  const int lane = threadIdx.x % 32;
-  const int head = blockIdx.y * kHeadsPerCta + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int head = blockIdx.y * Tiling::kHeadsPerCta + warp / Tiling::kColumnSlices;
   if (head >= a.h_q) return;
+  const int slice = warp % Tiling::kColumnSlices;
+  const int col0 = slice * Tiling::kColsPerWarp + lane * 4;
 
   const int64_t b_idx = query / a.s_q, s_idx = query % a.s_q;
   uint16_t* out_row =
@@ -102,7 +124,7 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
   const float* lse_of_split = a.partial_lse + static_cast<int64_t>(begin) * a.h_q + head;
 
   const float* out_of_split =
-      a.partial_out + (static_cast<int64_t>(begin) * a.h_q + head) * kDv + lane * 4;
+      a.partial_out + (static_cast<int64_t>(begin) * a.h_q + head) * kDv + col0;
   // Rows of pieces [first, first + kPiecesPerChunk) that exist. An empty piece's row (lse -inf)
   // is loaded but never used: its bytes may be anything, NaN included.
   auto load_chunk = [&](int first, float4 (&rows)[kPiecesPerChunk][kFloat4PerLane]) {
@@ -124,8 +146,8 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
   max_lse = warp_max(max_lse);
   float acc[kFloat4PerLane][4] = {};
   if (max_lse == -INFINITY) {  // no valid slot in any piece: out 0, lse +inf, sink ignored
-    store_row<kVectorStore>(out_row, lane, acc);
-    if (lane == 0) *lse_out = INFINITY;
+    store_row<kVectorStore>(out_row, col0, acc);
+    if (lane == 0 && slice == 0) *lse_out = INFINITY;
     return;
   }
   float sum = 0.0f;
@@ -161,8 +183,54 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
     if (first >= num_splits) break;
     load_chunk(first, rows);
   }
-  store_row<kVectorStore>(out_row, lane, acc);
-  if (lane == 0) *lse_out = global_lse * kLn2;
+  store_row<kVectorStore>(out_row, col0, acc);
+  if (lane == 0 && slice == 0) *lse_out = global_lse * kLn2;
+}
+
+// Four column slices when the one-slice grid has at most kSmallGridCtas CTAs. On the H200 (132
+// SMs) slices measured 0.91-0.99x at <= 64 one-slice CTAs (V4 b=1 and b=12 up to 32 heads,
+// b=2 s_q=2 at 64 and 128 heads) and 1.01-1.05x from 96 up (exp-combine-column-slices-2026-11-30).
+// SMLA_COMBINE_COLUMN_SLICES=1 or 4 forces the choice (tests run both; A/B runs).
+constexpr int64_t kSmallGridCtas = 64;
+
+int column_slices_for(int64_t num_queries, int64_t h_q) {
+  static const int forced = [] {
+    const char* v = std::getenv("SMLA_COMBINE_COLUMN_SLICES");
+    const std::string text = v != nullptr ? v : "";
+    return text == "1" ? 1 : (text == "4" ? 4 : 0);
+  }();
+  if (forced != 0) return forced;
+  const int64_t one_slice_ctas =
+      num_queries * ((h_q + CombineTiling<1>::kHeadsPerCta - 1) / CombineTiling<1>::kHeadsPerCta);
+  return one_slice_ctas <= kSmallGridCtas ? 4 : 1;
+}
+
+// Programmatic dependent launch: the combine's launch overlaps the split kernel's tail instead of
+// waiting for it to drain (FlashMLA does the same); the kernel's cudaGridDependencySynchronize()
+// keeps the data dependency. That wait exists only in code compiled for sm_90+, so the attribute
+// follows the PTX the loaded kernel came from, not the device: a newer GPU that JIT-compiles the
+// compute_80 PTX gets a plain launch.
+template <class Tiling>
+Status launch_combine_grid(const CombineArgs& args, bool vector_store, int64_t num_queries,
+                           cudaStream_t stream) {
+  auto* kernel =
+      vector_store ? split_combine_kernel<Tiling, true> : split_combine_kernel<Tiling, false>;
+  cudaFuncAttributes kernel_attributes;
+  SMLA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&kernel_attributes, kernel));
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(num_queries),
+                        static_cast<unsigned>((args.h_q + Tiling::kHeadsPerCta - 1) /
+                                              Tiling::kHeadsPerCta));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = kernel_attributes.ptxVersion >= 90 ? 1 : 0;
+  SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, args));
+  return check_last_launch("split_combine_kernel");
 }
 
 }  // namespace
@@ -202,27 +270,9 @@ Status launch_split_combine(const detail::DecodeParams& p, int num_parts, const 
   const bool vector_store = reinterpret_cast<uintptr_t>(p.out) % 8 == 0 &&
                             p.out_stride_b % 4 == 0 && p.out_stride_s % 4 == 0 &&
                             p.out_stride_h % 4 == 0;
-  // Programmatic dependent launch: the combine's launch overlaps the split kernel's tail instead
-  // of waiting for it to drain (FlashMLA does the same); the kernel's
-  // cudaGridDependencySynchronize() keeps the data dependency. That wait exists only in code
-  // compiled for sm_90+, so the attribute follows the PTX the loaded kernel came from, not the
-  // device: a newer GPU that JIT-compiles the compute_80 PTX gets a plain launch.
-  auto* kernel = vector_store ? split_combine_kernel<true> : split_combine_kernel<false>;
-  cudaFuncAttributes kernel_attributes;
-  SMLA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&kernel_attributes, kernel));
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(num_queries),
-                        static_cast<unsigned>((p.problem.h_q + kHeadsPerCta - 1) / kHeadsPerCta));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = kernel_attributes.ptxVersion >= 90 ? 1 : 0;
-  SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, args));
-  return check_last_launch("split_combine_kernel");
+  return column_slices_for(num_queries, p.problem.h_q) == 4
+             ? launch_combine_grid<CombineTiling<4>>(args, vector_store, num_queries, stream)
+             : launch_combine_grid<CombineTiling<1>>(args, vector_store, num_queries, stream);
 }
 
 }  // namespace sparse_mla::cuda

@@ -1,7 +1,9 @@
 // The split-KV combine kernel against a host merge in double: random partial results (log2-domain
 // LSEs with empty pieces at -inf whose outputs are NaN and must not be read, queries whose pieces
 // are all empty, more pieces than a warp has lanes), sinks finite / -inf / +inf or absent, padded
-// output strides (vector and scalar stores). Queries that are not split must stay untouched.
+// output strides (vector and scalar stores), head counts that leave the last CTA's warps partly
+// idle. Queries that are not split must stay untouched. The cases reach both tilings of the kernel
+// (1 or 4 warps per head, by grid size); ctest's gpu_combine_slices_{1,4} force each on all.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -180,6 +182,7 @@ TEST(SplitCombineGpu, MatchesHostMerge) {
   const CombineCase cases[] = {
       {2, 1, 16, 8, true}, {3, 2, 128, 0, true}, {5, 4, 64, 1, true},
       {1, 1, 8, 8, false}, {7, 3, 20, 3, true},  {64, 2, 16, 8, false},
+      {2, 2, 5, 1, true},  {9, 1, 13, 0, false},
   };
   uint64_t seed = 11;
   for (const CombineCase& cc : cases) {
