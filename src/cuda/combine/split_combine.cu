@@ -27,8 +27,8 @@ constexpr int kThreads = 256;  // 8 warps
 //     per CTA: 4x the CTAs, for calls whose 1-slice grid leaves most SMs idle (V4 b=1 with 16
 //     heads: 2 CTAs, each warp walking ~20 pieces of 2 KB rows). The 4 warps of a head repeat the
 //     LSE reductions (4 B per piece). 64 registers. Measured on the H200 for every call
-//     (benchmarks/results/exp-combine-column-slices-2026-11-30/): small calls 0.91-0.97x, calls
-//     with >= 64 CTAs of the 1-slice grid 1.01-1.05x; hence use_column_slices() below.
+//     (benchmarks/results/exp-combine-column-slices-2026-11-30/): 0.91-0.99x where the 1-slice
+//     grid has <= 64 CTAs, 1.01-1.05x from 96 CTAs up; hence column_slices_for() below.
 // kPiecesPerChunk: pieces whose partial rows a warp loads together, before it needs their weights.
 // The first chunk's loads are issued ahead of the LSE reductions, so a query's row reads and its
 // LSE reads are one DRAM round trip instead of two or three in series (16-row decode tiles split a
