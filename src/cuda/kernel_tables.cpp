@@ -352,6 +352,9 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
                             " parts (" + std::to_string(layout.total_bytes) + " bytes)");
   }
   auto stream = static_cast<cudaStream_t>(options.stream);
+  // Planner and split kernel stay ordinary launches: the combine (a programmatic dependent of
+  // the split kernel) reads the planner's split_offsets before its grid-dependency wait, which
+  // is safe only while the planner has completed before the split kernel starts.
   if (schedule == DecodeSchedule::kBuild) {
     SMLA_RETURN_IF_ERROR(
         cuda::launch_decode_planner(params, num_parts, entry->block_keys, workspace, stream));

@@ -137,7 +137,8 @@ __device__ __forceinline__ void score_block(uint32_t q_tile, uint32_t kv_tile, c
       mine[32 * i] = low ? part[1][i] : part[0][i];
       s[0][0][i] = low ? part[0][i] : part[1][i];
     }
-    ptx::named_barrier_sync(3 + 2 * w.row_group + pair, 64);  // ids 3-6; softmax uses 1-2
+    // ids 3-6; softmax_block and finish_rows use 1-2
+    ptx::named_barrier_sync(3 + 2 * w.row_group + pair, 64);
 #pragma unroll
     for (int i = 0; i < 4; ++i) s[0][0][i] += partners[32 * i];
   } else {
