@@ -274,7 +274,7 @@ int ctas_per_sm_of(const DecodeEntry* entry, int device) {
 }
 
 int head_groups_of(const SparseDecodeProblem& problem, const DecodeEntry& entry) {
-  return pd::decode_head_groups(problem.h_q, entry.rows);
+  return static_cast<int>((problem.h_q + entry.rows - 1) / entry.rows);
 }
 
 // Resident clusters when this problem's launch is paired, else 0 (plan and run both ask this).

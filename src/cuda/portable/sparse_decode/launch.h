@@ -16,11 +16,6 @@ namespace sparse_mla::cuda::portable_decode {
 // Head rows per CTA for h_q heads: 16, 32 or 64 (h_q > 64: ceil(h_q / 64) head groups).
 inline int decode_rows_for(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
 
-// Head groups (grid.y of an unpaired launch): h_q heads in tiles of `rows`, the last partly idle.
-inline int decode_head_groups(int64_t h_q, int rows) {
-  return static_cast<int>((h_q + rows - 1) / rows);
-}
-
 // One split-kernel launch: the call's arguments plus the schedule in the workspace.
 struct DecodeLaunch {
   detail::DecodeParams p;
