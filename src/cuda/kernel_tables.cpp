@@ -287,21 +287,6 @@ int paired_clusters(const SparseDecodeProblem& problem, const DecodeEntry& entry
   return pair_clusters_of(&entry, problem.device.index);
 }
 
-// SMLA_DECODE_NUM_PARTS=N (1 <= N <= 2^20) replaces an unpaired launch's part count, for
-// experiments on the trade between per-piece costs (entry, fp32 partial rows, the combine) and
-// resident CTAs (decode_planner_and_combine.md); tests run one odd count. Unset or anything else:
-// one part per resident CTA slot.
-int forced_num_parts() {
-  static const int forced = [] {
-    const char* v = std::getenv("SMLA_DECODE_NUM_PARTS");
-    if (v == nullptr) return 0;
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    return end != v && *end == '\0' && n >= 1 && n <= (1L << 20) ? static_cast<int>(n) : 0;
-  }();
-  return forced;
-}
-
 Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimits& limits,
                            const DecodeEntry& entry, DecodeLaunchShape* shape) {
   shape->head_groups = head_groups_of(problem, entry);
@@ -319,7 +304,6 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
   }
   // The schedule's parts times the head groups fill every resident CTA slot once.
   shape->num_parts = std::max(1, limits.sm_count * shape->ctas_per_sm / shape->head_groups);
-  if (const int forced = forced_num_parts(); forced > 0) shape->num_parts = forced;
   return {};
 }
 
