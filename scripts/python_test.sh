@@ -21,6 +21,9 @@ torch_version=${SMLA_TORCH_VERSION:-2.15.0}
 python=${PYTHON:-python3}
 export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
 export PIP_DISABLE_PIP_VERSION_CHECK=1
+# No wheel cache: torch's wheel would sit on disk twice (cache + unpacked, ~1 GB more at the peak).
+# A CI run once failed with "No space left on device" while installing torch.
+export PIP_NO_CACHE_DIR=1
 
 log() { echo "python_test: $*"; }
 
