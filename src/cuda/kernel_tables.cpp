@@ -9,12 +9,13 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cstdlib>
+#include <optional>
 #include <span>
 #include <string>
 
 #include "core/kernel_variant.h"
 #include "cuda/combine/launch.h"
+#include "cuda/knobs.h"
 #include "cuda/planning/launch.h"
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_prefill/launch.h"
@@ -61,6 +62,14 @@ bool device_is_sm80_plus(const Device& device, DeviceLimits* limits, std::string
   return true;
 }
 
+// False, with the message in *why_not, while an SMLA_* knob holds a bad value (cuda/knobs.h):
+// every CUDA kernel's supports / plan / run asks this before choosing a tile.
+bool knobs_valid(std::string* why_not) {
+  if (cuda::cuda_knobs().error.empty()) return true;
+  *why_not = cuda::cuda_knobs().error;
+  return false;
+}
+
 // ---- prefill -------------------------------------------------------------------------------
 
 using PrefillLaunchFn = Status (*)(const PrefillParams&, cudaStream_t);
@@ -90,11 +99,11 @@ constexpr std::array<PrefillEntry, 12> kPrefillEntries{{
 // forces the key count (tests/cpp/CMakeLists.txt runs the GPU prefill tests both ways).
 const PrefillEntry* prefill_entry(int64_t d_qk, int64_t h_q, const DeviceLimits& limits,
                                   std::string* why_not) {
-  static const int forced_keys = cuda::forced_block_keys("SMLA_PREFILL_BLOCK_KEYS");
+  if (!knobs_valid(why_not)) return nullptr;
   return cuda::choose_tile_entry(
       std::span<const PrefillEntry>(kPrefillEntries),
       [&](const PrefillEntry& e) { return e.d_qk == d_qk; }, pp::prefill_rows_for(h_q), 64,
-      forced_keys, limits.smem_optin, why_not);
+      cuda::cuda_knobs().prefill_block_keys.value.value_or(0), limits.smem_optin, why_not);
 }
 
 bool portable_prefill_supports(const SparsePrefillProblem& problem, std::string* why_not) {
@@ -173,12 +182,13 @@ constexpr std::array<DecodeEntry, 24> kDecodeEntries{{
 // SMLA_DECODE_BLOCK_KEYS forces the key count (tests/cpp/CMakeLists.txt runs both).
 const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q,
                                 const DeviceLimits& limits, std::string* why_not) {
-  static const int forced_keys = cuda::forced_block_keys("SMLA_DECODE_BLOCK_KEYS");
+  if (!knobs_valid(why_not)) return nullptr;
   const int rows = pd::decode_rows_for(h_q);
   return cuda::choose_tile_entry(
       std::span<const DecodeEntry>(kDecodeEntries),
       [&](const DecodeEntry& e) { return e.format == format && e.d_qk == d_qk; }, rows,
-      rows == 16 ? 32 : 64, forced_keys, limits.smem_optin, why_not);
+      rows == 16 ? 32 : 64, cuda::cuda_knobs().decode_block_keys.value.value_or(0),
+      limits.smem_optin, why_not);
 }
 
 template <KvCacheFormat kFormat>
@@ -236,12 +246,8 @@ struct DecodeLaunchShape {
 // and topk 16384); with the earlier fenced cluster barriers v32_fp8 was 1.02-1.06x.
 // SMLA_DECODE_PAIR_HEAD_GROUPS=0 / =1 turns pairing off / on (tests and A/B runs).
 bool pairing_wanted(KvCacheFormat format) {
-  static const int forced = [] {
-    const char* v = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
-    if (v == nullptr) return -1;
-    return std::string(v) == "0" ? 0 : 1;
-  }();
-  return forced >= 0 ? forced == 1 : format != KvCacheFormat::kBf16;
+  const std::optional<int> forced = cuda::cuda_knobs().decode_pair_head_groups.value;
+  return forced ? *forced == 1 : format != KvCacheFormat::kBf16;
 }
 
 // An occupancy query of a decode entry (entry->*kQuery: resident CTAs per SM or resident 2-CTA

@@ -1,7 +1,5 @@
 #include "cuda/tile_choice.h"
 
-#include <cstdlib>
-
 namespace sparse_mla::cuda {
 
 TileChoice choose_tile(int natural_rows, int preferred_keys, int forced_keys, int smem_optin,
@@ -15,12 +13,6 @@ TileChoice choose_tile(int natural_rows, int preferred_keys, int forced_keys, in
     }
   }
   return {};
-}
-
-int forced_block_keys(const char* name) {
-  const char* value = std::getenv(name);
-  const std::string text = value != nullptr ? value : "";
-  return text == "32" ? 32 : (text == "64" ? 64 : 0);
 }
 
 std::string tile_does_not_fit(int natural_rows, int smem_optin, const TileSmemFn& smem) {

@@ -27,10 +27,6 @@ using TileSmemFn = std::function<int(int rows, int block_keys)>;
 TileChoice choose_tile(int natural_rows, int preferred_keys, int forced_keys, int smem_optin,
                        const TileSmemFn& smem);
 
-// The key count forced by environment variable `name` ("32" or "64"; anything else: 0). A
-// tuning and testing knob: callers read it once per process (a function-local static).
-int forced_block_keys(const char* name);
-
 // "needs N bytes of shared memory per block; the device allows M" for the smallest tile.
 std::string tile_does_not_fit(int natural_rows, int smem_optin, const TileSmemFn& smem);
 

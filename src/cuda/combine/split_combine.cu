@@ -7,10 +7,11 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "cuda/combine/launch.h"
+#include "cuda/knobs.h"
 #include "cuda/runtime/cuda_check.h"
 #include "planning/decode_workspace.h"
 
@@ -194,12 +195,7 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
 constexpr int64_t kSmallGridCtas = 64;
 
 int column_slices_for(int64_t num_queries, int64_t h_q) {
-  static const int forced = [] {
-    const char* v = std::getenv("SMLA_COMBINE_COLUMN_SLICES");
-    const std::string text = v != nullptr ? v : "";
-    return text == "1" ? 1 : (text == "4" ? 4 : 0);
-  }();
-  if (forced != 0) return forced;
+  if (const std::optional<int> forced = cuda_knobs().combine_column_slices.value) return *forced;
   const int64_t one_slice_ctas =
       num_queries * ((h_q + CombineTiling<1>::kHeadsPerCta - 1) / CombineTiling<1>::kHeadsPerCta);
   return one_slice_ctas <= kSmallGridCtas ? 4 : 1;

@@ -1,0 +1,29 @@
+// Tuning and testing knobs read from the environment. Each knob is an integer with a short list
+// of allowed values; unset or empty means "the library chooses". Today's knobs:
+//   SMLA_PREFILL_BLOCK_KEYS, SMLA_DECODE_BLOCK_KEYS  32 | 64  (cuda/tile_choice.h)
+//   SMLA_DECODE_PAIR_HEAD_GROUPS                     0 | 1    (cuda/kernel_tables.cpp)
+//   SMLA_COMBINE_COLUMN_SLICES                       1 | 4    (cuda/combine/split_combine.cu)
+// Any other value is an error that names the variable, its value and the choices, which the
+// caller returns as a status: a typo ("SMLA_DECODE_PAIR_HEAD_GROUPS=false") must not quietly
+// pick a launch the user did not ask for.
+#pragma once
+
+#include <initializer_list>
+#include <optional>
+#include <string>
+
+namespace sparse_mla::detail {
+
+struct EnvKnob {
+  std::optional<int> value;  // the forced value; nullopt = unset or empty
+  std::string error;         // non-empty: the variable holds something not in the choices
+};
+
+// Parses `text` (nullptr = unset) as knob `name` with the given choices. Pure: unit-tested.
+EnvKnob parse_env_knob(const char* name, const char* text, std::initializer_list<int> choices);
+
+// parse_env_knob on std::getenv(name). Callers read a knob once per process (a function-local
+// static), so a plan and the run that follows it agree.
+EnvKnob read_env_knob(const char* name, std::initializer_list<int> choices);
+
+}  // namespace sparse_mla::detail

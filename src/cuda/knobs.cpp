@@ -1,0 +1,22 @@
+#include "cuda/knobs.h"
+
+namespace sparse_mla::cuda {
+
+const CudaKnobs& cuda_knobs() {
+  static const CudaKnobs knobs = [] {
+    using detail::read_env_knob;
+    CudaKnobs k;
+    k.prefill_block_keys = read_env_knob("SMLA_PREFILL_BLOCK_KEYS", {32, 64});
+    k.decode_block_keys = read_env_knob("SMLA_DECODE_BLOCK_KEYS", {32, 64});
+    k.decode_pair_head_groups = read_env_knob("SMLA_DECODE_PAIR_HEAD_GROUPS", {0, 1});
+    k.combine_column_slices = read_env_knob("SMLA_COMBINE_COLUMN_SLICES", {1, 4});
+    for (const detail::EnvKnob* knob : {&k.prefill_block_keys, &k.decode_block_keys,
+                                        &k.decode_pair_head_groups, &k.combine_column_slices}) {
+      if (k.error.empty()) k.error = knob->error;
+    }
+    return k;
+  }();
+  return knobs;
+}
+
+}  // namespace sparse_mla::cuda

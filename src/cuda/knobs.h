@@ -1,0 +1,29 @@
+// The CUDA back end's tuning and testing knobs, read from the environment once per process
+// (core/env_knob.h parses them). tests/cpp/CMakeLists.txt runs the GPU tests with each setting;
+// the A/B scripts use them to compare launches with one binary.
+//   SMLA_PREFILL_BLOCK_KEYS      32 | 64  keys per KV block of the prefill tile (tile_choice.h)
+//   SMLA_DECODE_BLOCK_KEYS       32 | 64  the same for the decode tile
+//   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads (kernel_tables.cpp)
+//   SMLA_COMBINE_COLUMN_SLICES   1 | 4    warps per head in the split combine (split_combine.cu)
+// A bad setting fails every CUDA call with a message naming the variable, its value and the
+// choices (kernel_tables.cpp checks `error` before choosing a kernel), so no launch runs with a
+// knob the user mistyped.
+#pragma once
+
+#include <string>
+
+#include "core/env_knob.h"
+
+namespace sparse_mla::cuda {
+
+struct CudaKnobs {
+  detail::EnvKnob prefill_block_keys;
+  detail::EnvKnob decode_block_keys;
+  detail::EnvKnob decode_pair_head_groups;
+  detail::EnvKnob combine_column_slices;
+  std::string error;  // the first bad setting's message, or "" when every knob is valid
+};
+
+const CudaKnobs& cuda_knobs();
+
+}  // namespace sparse_mla::cuda
