@@ -45,7 +45,7 @@ struct TensorView {
 
   int64_t size(int dim) const { return sizes[dim]; }
   int64_t stride(int dim) const { return strides[dim]; }
-  int64_t numel() const;
+  int64_t numel() const;  // 0 if any size is 0; saturates at INT64_MAX instead of overflowing
   bool is_contiguous() const;
   template <typename T>
   T* data_as() const {

@@ -1,6 +1,7 @@
 // Names and small helpers of the public value types: Status codes, dtypes, devices, tensor
 // views, back ends, version.
 #include <cstdio>
+#include <limits>
 #include <sstream>
 
 #include "sparse_mla/sparse_mla.h"
@@ -50,13 +51,24 @@ TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> siz
 }
 }  // namespace
 
+namespace {
+// a * b, or INT64_MAX / INT64_MIN where the product does not fit: sizes come from callers, and
+// validation reports a view too large to address; the arithmetic before it must not overflow.
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t product = 0;
+  if (!__builtin_mul_overflow(a, b, &product)) return product;
+  return (a < 0) != (b < 0) ? std::numeric_limits<int64_t>::min()
+                            : std::numeric_limits<int64_t>::max();
+}
+}  // namespace
+
 TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<int64_t> sizes,
                                   Device device) {
   TensorView t = make_view(data, dtype, sizes, device);
   int64_t stride = 1;
   for (int d = t.rank - 1; d >= 0; --d) {
     t.strides[d] = stride;
-    stride *= t.sizes[d];
+    stride = saturating_mul(stride, t.sizes[d]);
   }
   return t;
 }
@@ -79,7 +91,10 @@ int clamped_rank(int rank) { return rank < 0 ? 0 : (rank > kMaxRank ? kMaxRank :
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int d = 0; d < clamped_rank(rank); ++d) n *= sizes[d];
+  for (int d = 0; d < clamped_rank(rank); ++d) {
+    if (sizes[d] == 0) return 0;
+    n = saturating_mul(n, sizes[d]);
+  }
   return n;
 }
 
@@ -87,7 +102,7 @@ bool TensorView::is_contiguous() const {
   int64_t stride = 1;
   for (int d = clamped_rank(rank) - 1; d >= 0; --d) {
     if (sizes[d] != 1 && strides[d] != stride) return false;
-    stride *= sizes[d];
+    stride = saturating_mul(stride, sizes[d]);
   }
   return true;
 }

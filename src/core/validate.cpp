@@ -10,6 +10,24 @@
 #include <string>
 
 namespace sparse_mla::detail {
+
+bool offsets_fit_int64(const TensorView& t, size_t element_bytes) {
+  if (t.rank < 0 || t.rank > kMaxRank) return false;
+  if (t.numel() == 0) return true;
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t step = 0;
+    if (t.sizes[d] < 0 || t.strides[d] < 0 ||
+        __builtin_mul_overflow(t.sizes[d] - 1, t.strides[d], &step) ||
+        __builtin_add_overflow(last, step, &last)) {
+      return false;
+    }
+  }
+  int64_t bytes = 0;
+  return !__builtin_add_overflow(last, 1, &last) &&
+         !__builtin_mul_overflow(last, static_cast<int64_t>(element_bytes), &bytes);
+}
+
 namespace {
 
 // Builds messages with a fixed "<op>: " prefix.
@@ -46,6 +64,10 @@ class Checker {
         return fail(std::string(name) + ".strides[" + std::to_string(d) + "] = " +
                     std::to_string(t.strides[d]) + " is negative");
       }
+    }
+    if (!offsets_fit_int64(t, dtype_size(dtype))) {
+      return fail(std::string(name) + " (" + describe(t) +
+                  ") spans more than 2^63 bytes: its sizes and strides overflow 64-bit offsets");
     }
     if (t.numel() > 0 && t.data == nullptr) {
       return fail(std::string(name) + ".data is null for a non-empty tensor (" + describe(t) +

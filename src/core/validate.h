@@ -20,6 +20,11 @@ Status validate_decode(const SparseDecodeArgs& args, DecodeParams* params);
 // describe_sparse_decode): every size in range, a known format, consistent extra-cache fields.
 Status validate_decode_problem(const SparseDecodeProblem& problem);
 
+// True if every byte offset of `t` (element offsets sum(index * stride), times element_bytes)
+// fits an int64, so that no back end's offset arithmetic overflows; false for negative sizes or
+// strides or a rank outside [0, 4]. An empty view addresses nothing and fits.
+bool offsets_fit_int64(const TensorView& t, size_t element_bytes);
+
 // Checks one cache view on its own (used by decode validation and the codec).
 // `what` names the argument in messages ("kv_cache", "extra_kv_cache", "cache").
 Status validate_kv_cache_view(const char* op, const char* what, const KvCacheView& cache);

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "core/kv_cache_layout.h"
+#include "core/validate.h"
 #include "cpu/fp8.h"
+#include "cpu/kv_cache_codec_checks.h"
 
 namespace sparse_mla {
 namespace {
@@ -69,8 +71,34 @@ Status validate_rows(const char* fn, const char* arg, const TensorView& t, const
                               " is negative");
     }
   }
+  const size_t element = dtype_size(t.dtype);
+  if (!detail::offsets_fit_int64(t, element)) {
+    return invalid_argument(prefix + " (" + describe(t) +
+                            ") spans more than 2^63 bytes: its strides overflow 64-bit offsets");
+  }
+  if (reinterpret_cast<uintptr_t>(t.data) % element != 0) {
+    return invalid_argument(prefix + ".data is not aligned to its element size " + str(element));
+  }
   return {};
 }
+
+}  // namespace
+
+namespace cpu {
+
+Status check_quantize_args(const TensorView& kv_bf16, const KvCacheView& cache) {
+  SMLA_RETURN_IF_ERROR(validate_cache("quantize_kv_cache", cache));
+  return validate_rows("quantize_kv_cache", "kv_bf16", kv_bf16, cache, false);
+}
+
+Status check_dequantize_args(const KvCacheView& cache, const TensorView& kv_out) {
+  SMLA_RETURN_IF_ERROR(validate_cache("dequantize_kv_cache", cache));
+  return validate_rows("dequantize_kv_cache", "kv_out", kv_out, cache, true);
+}
+
+}  // namespace cpu
+
+namespace {
 
 detail::KvCacheParams to_params(const KvCacheView& cache) {
   detail::KvCacheParams p;
@@ -131,8 +159,7 @@ const uint16_t* row_ptr(const TensorView& t, int64_t block, int64_t token) {
 }  // namespace
 
 Status quantize_kv_cache(const TensorView& kv_bf16, const KvCacheView& cache) {
-  SMLA_RETURN_IF_ERROR(validate_cache("quantize_kv_cache", cache));
-  SMLA_RETURN_IF_ERROR(validate_rows("quantize_kv_cache", "kv_bf16", kv_bf16, cache, false));
+  SMLA_RETURN_IF_ERROR(cpu::check_quantize_args(kv_bf16, cache));
   const cpu::KvTokenLayout layout(cache.format, cache.page_block_size, cache.block_stride_bytes,
                                   cache.d_qk);
   // The codec writes through the view: the header asks for writable host memory.
@@ -153,8 +180,7 @@ Status quantize_kv_cache(const TensorView& kv_bf16, const KvCacheView& cache) {
 }
 
 Status dequantize_kv_cache(const KvCacheView& cache, const TensorView& kv_out) {
-  SMLA_RETURN_IF_ERROR(validate_cache("dequantize_kv_cache", cache));
-  SMLA_RETURN_IF_ERROR(validate_rows("dequantize_kv_cache", "kv_out", kv_out, cache, true));
+  SMLA_RETURN_IF_ERROR(cpu::check_dequantize_args(cache, kv_out));
   const cpu::KvTokenReader reader(to_params(cache));
   std::vector<float> row(cache.d_qk);
   for (int64_t block = 0; block < cache.num_blocks; ++block) {

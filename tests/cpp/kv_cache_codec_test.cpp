@@ -652,6 +652,15 @@ TEST_F(KvCacheCodecValidation, RowTensorArguments) {
   expect_quantize_error(cache.view, t, "kv_bf16.strides[3] = 2 must be 1");
   t = TensorView::strided(rows.data(), DType::kBFloat16, {2, 64, 1, 512}, {-512, 512, 512, 1});
   expect_quantize_error(cache.view, t, "kv_bf16.strides[0] = -512 is negative");
+  // Offsets past 2^63 bytes would overflow the row loop's int64 arithmetic.
+  t = TensorView::strided(rows.data(), DType::kBFloat16, {2, 64, 1, 512},
+                          {int64_t{1} << 62, 512, 512, 1});
+  expect_quantize_error(cache.view, t,
+                        "kv_bf16 ([2, 64, 1, 512] bf16 strides [4611686018427387904, "
+                        "512, 512, 1] cpu) spans more than 2^63 bytes");
+  t = kv;
+  t.data = reinterpret_cast<char*>(rows.data()) + 1;
+  expect_quantize_error(cache.view, t, "kv_bf16.data is not aligned to its element size 2");
 }
 
 TEST_F(KvCacheCodecValidation, DequantizeArguments) {

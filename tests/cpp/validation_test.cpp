@@ -11,49 +11,13 @@
 #include <vector>
 
 #include "sparse_mla/sparse_mla.h"
+#include "support/call_fixtures.h"
 
 namespace sparse_mla {
 namespace {
 
-constexpr uint16_t kSentinelBf16 = 0x7fc1;  // a NaN pattern no kernel writes
-constexpr float kSentinelF32 = -12345.0f;
-
-// A small valid prefill call: s_q 3, s_kv 40, h_q 4, d_qk 576, topk 8, all tensors contiguous.
-struct PrefillFixture {
-  static constexpr int64_t s_q = 3, s_kv = 40, h_q = 4, d_qk = 576, topk = 8;
-  std::vector<uint16_t> q = std::vector<uint16_t>(s_q * h_q * d_qk, 0x3c00);
-  std::vector<uint16_t> kv = std::vector<uint16_t>(s_kv * d_qk, 0x3c00);
-  std::vector<int32_t> indices = std::vector<int32_t>(s_q * topk, 1);
-  std::vector<float> sink = std::vector<float>(h_q, 0.5f);
-  std::vector<int32_t> lengths = std::vector<int32_t>(s_q, 4);
-  std::vector<uint16_t> out = std::vector<uint16_t>(s_q * h_q * 512, kSentinelBf16);
-  std::vector<float> max_logits = std::vector<float>(s_q * h_q, kSentinelF32);
-  std::vector<float> lse = std::vector<float>(s_q * h_q, kSentinelF32);
-
-  SparsePrefillArgs args() {
-    SparsePrefillArgs a;
-    a.q = TensorView::contiguous(q.data(), DType::kBFloat16, {s_q, h_q, d_qk});
-    a.kv = TensorView::contiguous(kv.data(), DType::kBFloat16, {s_kv, 1, d_qk});
-    a.indices = TensorView::contiguous(indices.data(), DType::kInt32, {s_q, 1, topk});
-    a.sm_scale = 0.04f;
-    a.attn_sink = TensorView::contiguous(sink.data(), DType::kFloat32, {h_q});
-    a.topk_length = TensorView::contiguous(lengths.data(), DType::kInt32, {s_q});
-    a.out = TensorView::contiguous(out.data(), DType::kBFloat16, {s_q, h_q, 512});
-    a.max_logits = TensorView::contiguous(max_logits.data(), DType::kFloat32, {s_q, h_q});
-    a.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {s_q, h_q});
-    return a;
-  }
-
-  bool outputs_untouched() const {
-    for (uint16_t v : out)
-      if (v != kSentinelBf16) return false;
-    for (float v : max_logits)
-      if (v != kSentinelF32) return false;
-    for (float v : lse)
-      if (v != kSentinelF32) return false;
-    return true;
-  }
-};
+using test_support::DecodeFixture;
+using test_support::PrefillFixture;
 
 struct PrefillCase {
   const char* name;
@@ -91,18 +55,21 @@ std::vector<PrefillCase> prefill_cases() {
       {"negative_stride", [](auto& a) { a.q.strides[0] = -5; }, "q.strides[0] = -5 is negative"},
       {"q_last_dim_stride", [](auto& a) { a.q.strides[2] = 2; },
        "q must be contiguous in its last dimension, got stride 2"},
-      {"q_misaligned",
-       [](auto& a) { a.q.data = static_cast<char*>(a.q.data) + 1; }, "is not aligned"},
+      {"q_misaligned", [](auto& a) { a.q.data = static_cast<char*>(a.q.data) + 1; },
+       "is not aligned"},
       {"kv_h_kv", [](auto& a) { a.kv.sizes[1] = 2; }, "kv.sizes[1] (h_kv) = 2, expected 1"},
       {"kv_d_qk", [](auto& a) { a.kv.sizes[2] = 512; }, "kv.sizes[2] (d_qk) = 512, expected 576"},
       {"kv_dtype", [](auto& a) { a.kv.dtype = DType::kUInt8; }, "kv must be bf16"},
       {"kv_null", [](auto& a) { a.kv.data = nullptr; }, "kv.data is null"},
-      {"indices_dtype", [](auto& a) { a.indices.dtype = DType::kFloat32; }, "indices must be int32"},
+      {"indices_dtype", [](auto& a) { a.indices.dtype = DType::kFloat32; },
+       "indices must be int32"},
       {"indices_s_q", [](auto& a) { a.indices.sizes[0] = 2; },
        "indices.sizes[0] (s_q) = 2, expected 3"},
       {"topk_zero", [](auto& a) { a.indices.sizes[2] = 0; }, "indices.sizes[2] (topk) = 0"},
-      {"sm_scale_nan", [](auto& a) { a.sm_scale = std::nanf(""); }, "sm_scale = nan must be finite"},
-      {"sm_scale_unset", [](auto& a) { a.sm_scale = 0.0f; }, "sm_scale = 0.000000 must be finite and > 0"},
+      {"sm_scale_nan", [](auto& a) { a.sm_scale = std::nanf(""); },
+       "sm_scale = nan must be finite"},
+      {"sm_scale_unset", [](auto& a) { a.sm_scale = 0.0f; },
+       "sm_scale = 0.000000 must be finite and > 0"},
       {"q_rank_6", [](auto& a) { a.q.rank = 6; }, "q.rank = 6 is outside [0, 4]"},
       {"out_zero_stride", [](auto& a) { a.out.strides[1] = 0; },
        "out.strides[1] = 0 makes the output overlap itself"},
@@ -115,18 +82,40 @@ std::vector<PrefillCase> prefill_cases() {
        "attn_sink must be fp32"},
       {"topk_length_shape", [](auto& a) { a.topk_length->sizes[0] = 7; },
        "topk_length.sizes[0] (s_q) = 7, expected 3"},
-      {"topk_length_rank", [](auto& a) { a.topk_length->rank = 2; }, "topk_length must have rank 1"},
+      {"topk_length_rank", [](auto& a) { a.topk_length->rank = 2; },
+       "topk_length must have rank 1"},
       {"out_d_v", [](auto& a) { a.out.sizes[2] = 576; }, "out.sizes[2] (d_v) = 576, expected 512"},
       {"out_null", [](auto& a) { a.out.data = nullptr; }, "out.data is null"},
       {"lse_shape", [](auto& a) { a.lse.sizes[1] = 3; }, "lse.sizes[1] (h_q) = 3, expected 4"},
       {"max_logits_dtype", [](auto& a) { a.max_logits.dtype = DType::kBFloat16; },
        "max_logits must be fp32"},
-      {"kv_on_cuda", [](auto& a) { a.kv.device = Device::cuda(0); }, "kv is on cuda:0 but q is on cpu"},
+      {"kv_on_cuda", [](auto& a) { a.kv.device = Device::cuda(0); },
+       "kv is on cuda:0 but q is on cpu"},
+      {"kv_offsets_overflow", [](auto& a) { a.kv.strides[0] = int64_t{1} << 62; },
+       "spans more than 2^63 bytes: its sizes and strides overflow 64-bit offsets"},
+      {"q_sizes_overflow", [](auto& a) { a.q.sizes[0] = INT64_MAX; },
+       "q ("
+       "[9223372036854775807, 4, 576] bf16"},
   };
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPaths, PrefillValidation, ::testing::ValuesIn(prefill_cases()),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Validation asks numel() of caller-given sizes before it knows they are sane: the product must
+// saturate, not overflow (found by validation_fuzz_test under UBSan).
+TEST(TensorViewArithmetic, NumelAndStridesSaturateInsteadOfOverflowing) {
+  int x = 0;
+  const TensorView huge =
+      TensorView::contiguous(&x, DType::kFloat32, {INT64_MAX, 4, int64_t{1} << 40});
+  EXPECT_EQ(huge.numel(), INT64_MAX);
+  EXPECT_EQ(huge.strides[0], int64_t{1} << 42);
+  TensorView empty = huge;
+  empty.sizes[2] = 0;
+  EXPECT_EQ(empty.numel(), 0);        // an empty view stays empty whatever its other sizes
+  EXPECT_TRUE(huge.is_contiguous());  // its last stride product saturates too
+  EXPECT_EQ(TensorView::contiguous(&x, DType::kFloat32, {3, 5, 7}).numel(), 105);
+}
 
 TEST(PrefillValidation, BackendMustMatchDevice) {
   PrefillFixture f;
@@ -152,61 +141,6 @@ TEST(PrefillValidation, UnknownKernelNameIsRejected) {
 }
 
 // ---- decode --------------------------------------------------------------------------------
-
-// A small valid v4_fp8 decode call with an extra cache: b 2, s_q 2, h_q 8, topk 16 (+ 8 extra).
-struct DecodeFixture {
-  static constexpr int64_t b = 2, s_q = 2, h_q = 8, d_qk = 512, topk = 16, extra_topk = 8;
-  static constexpr int64_t page = 5, blocks = 4, extra_page = 2, extra_blocks = 6;
-  std::vector<uint16_t> q = std::vector<uint16_t>(b * s_q * h_q * d_qk, 0x3c00);
-  std::vector<uint8_t> cache, extra_cache;
-  std::vector<int32_t> indices = std::vector<int32_t>(b * s_q * topk, 3);
-  std::vector<int32_t> extra_indices = std::vector<int32_t>(b * s_q * extra_topk, 1);
-  std::vector<int32_t> lengths = std::vector<int32_t>(b, 10);
-  std::vector<int32_t> extra_lengths = std::vector<int32_t>(b * s_q, 5);
-  std::vector<float> sink = std::vector<float>(h_q, 0.0f);
-  std::vector<uint16_t> out = std::vector<uint16_t>(b * s_q * h_q * 512, kSentinelBf16);
-  std::vector<float> lse = std::vector<float>(b * s_q * h_q, kSentinelF32);
-  int64_t block_stride = 0, extra_block_stride = 0;
-
-  DecodeFixture() {
-    block_stride = kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, page, d_qk);
-    extra_block_stride = kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, extra_page, d_qk);
-    cache.assign(block_stride * blocks + 16, 0);
-    extra_cache.assign(extra_block_stride * extra_blocks + 16, 0);
-  }
-
-  static const void* aligned(const std::vector<uint8_t>& v) {
-    auto p = reinterpret_cast<uintptr_t>(v.data());
-    return reinterpret_cast<const void*>((p + 15) / 16 * 16);
-  }
-
-  SparseDecodeArgs args() {
-    SparseDecodeArgs a;
-    a.q = TensorView::contiguous(q.data(), DType::kBFloat16, {b, s_q, h_q, d_qk});
-    a.kv_cache = KvCacheView{aligned(cache), KvCacheFormat::kV4Fp8, blocks, page, block_stride,
-                             static_cast<int>(d_qk), Device::cpu()};
-    a.indices = TensorView::contiguous(indices.data(), DType::kInt32, {b, s_q, topk});
-    a.topk_length = TensorView::contiguous(lengths.data(), DType::kInt32, {b});
-    a.attn_sink = TensorView::contiguous(sink.data(), DType::kFloat32, {h_q});
-    a.extra_kv_cache = KvCacheView{aligned(extra_cache), KvCacheFormat::kV4Fp8, extra_blocks,
-                                   extra_page, extra_block_stride, static_cast<int>(d_qk),
-                                   Device::cpu()};
-    a.extra_indices =
-        TensorView::contiguous(extra_indices.data(), DType::kInt32, {b, s_q, extra_topk});
-    a.extra_topk_length = TensorView::contiguous(extra_lengths.data(), DType::kInt32, {b, s_q});
-    a.out = TensorView::contiguous(out.data(), DType::kBFloat16, {b, s_q, h_q, 512});
-    a.lse = TensorView::contiguous(lse.data(), DType::kFloat32, {b, s_q, h_q});
-    return a;
-  }
-
-  bool outputs_untouched() const {
-    for (uint16_t v : out)
-      if (v != kSentinelBf16) return false;
-    for (float v : lse)
-      if (v != kSentinelF32) return false;
-    return true;
-  }
-};
 
 // Describes and plans valid decode `args` for `backend` (the options the run must use too).
 void plan_valid_decode(const SparseDecodeArgs& args, Backend backend, RunOptions* options,
