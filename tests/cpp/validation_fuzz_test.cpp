@@ -395,6 +395,94 @@ TEST(ValidationFuzz, DecodeRejectsOrRunsEveryMutation) {
   EXPECT_GT(ran, 20) << accepted << " accepted";
 }
 
+// ---- decode planning from a hand-made problem --------------------------------------------------
+
+TEST(ValidationFuzz, PlanRejectsOrPlansEveryProblem) {
+  DecodeFixture f;
+  SparseDecodeProblem valid;
+  ASSERT_TRUE(describe_sparse_decode(f.args(), &valid).ok());
+  int planned = 0;
+  for (int trial = 0; trial < kTrialsPerOp; ++trial) {
+    Mutator m(0x91a40000u + trial);
+    SparseDecodeProblem p = valid;
+    RunOptions options;
+    options.backend = Backend::kCpu;
+    std::string applied;
+    for (int n = 1 + m.pick(4); n > 0; --n) {
+      switch (m.pick(14)) {
+        case 0:
+          p.b = m.extreme_int64();
+          applied += "b";
+          break;
+        case 1:
+          p.s_q = m.extreme_int64();
+          applied += "s_q";
+          break;
+        case 2:
+          p.h_q = m.extreme_int64();
+          applied += "h_q";
+          break;
+        case 3:
+          p.d_qk = m.extreme_int();
+          applied += "d_qk";
+          break;
+        case 4:
+          p.d_v = m.extreme_int();
+          applied += "d_v";
+          break;
+        case 5:
+          p.topk = m.extreme_int64();
+          applied += "topk";
+          break;
+        case 6:
+          p.format = static_cast<KvCacheFormat>(m.pick(5));
+          applied += "format";
+          break;
+        case 7:
+          p.page_block_size = m.extreme_int64();
+          applied += "page_block_size";
+          break;
+        case 8:
+          p.has_extra = !p.has_extra;
+          applied += "has_extra";
+          break;
+        case 9:
+          p.extra_topk = m.extreme_int64();
+          applied += "extra_topk";
+          break;
+        case 10:
+          p.extra_page_block_size = m.extreme_int64();
+          applied += "extra_page_block_size";
+          break;
+        case 11:
+          p.device = m.device();
+          applied += "device";
+          break;
+        case 12:
+          options.backend = static_cast<Backend>(m.pick(6));
+          applied += "options.backend";
+          break;
+        default:
+          options.num_threads = m.extreme_int();
+          applied += "options.num_threads";
+          break;
+      }
+      applied += "; ";
+    }
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + applied);
+    DecodePlan plan;
+    const Status s = plan_sparse_decode(p, &plan, options);
+    if (s.ok()) {
+      ++planned;
+      EXPECT_EQ(plan.problem, p);
+    } else {
+      expect_clear_rejection(s, "plan_sparse_decode");
+    }
+  }
+  std::printf("plan: %d of %d mutated problems planned\n", planned, kTrialsPerOp);
+  EXPECT_GT(planned, 20);
+}
+
 // ---- the host KV-cache codec -----------------------------------------------------------------
 
 // A small cache of `format` (2 blocks of 3 tokens) with its bf16 rows and an fp32 output.
