@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sparse_mla/sparse_mla.h"
+#include "support/cache_formats.h"
 #include "verify/check.h"
 
 namespace sparse_mla {
@@ -227,14 +228,8 @@ void expect_cpu_matches_reference(const DecodeRecipe& recipe, int threads = 0) {
   EXPECT_TRUE(report.ok) << report.message;
 }
 
-struct FormatChoice {
-  KvCacheFormat format;
-  int d_qk;
-};
-constexpr FormatChoice kFormats[] = {{KvCacheFormat::kV32Fp8, 576},
-                                     {KvCacheFormat::kV4Fp8, 512},
-                                     {KvCacheFormat::kBf16, 576},
-                                     {KvCacheFormat::kBf16, 512}};
+using FormatChoice = test_support::CacheFormatCase;
+constexpr auto& kFormats = test_support::kAllCacheFormats;
 constexpr int64_t kPageSizes[] = {1, 2, 53, 61, 64, 69, 576};
 
 // (format index, h_q, topk); page size, extra cache, length kinds and s_q cycle with the index

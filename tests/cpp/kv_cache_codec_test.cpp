@@ -14,6 +14,7 @@
 
 #include "cpu/fp8.h"
 #include "sparse_mla/sparse_mla.h"
+#include "support/cache_formats.h"
 #include "support/golden.h"
 
 namespace sparse_mla {
@@ -124,14 +125,8 @@ std::vector<uint16_t> random_rows(int64_t n_rows, int d_qk, uint64_t seed, float
   return rows;
 }
 
-struct FormatCase {
-  KvCacheFormat format;
-  int d_qk;
-};
-const FormatCase kAllFormats[] = {{KvCacheFormat::kV32Fp8, 576},
-                                  {KvCacheFormat::kV4Fp8, 512},
-                                  {KvCacheFormat::kBf16, 512},
-                                  {KvCacheFormat::kBf16, 576}};
+using FormatCase = test_support::CacheFormatCase;
+constexpr auto& kAllFormats = test_support::kAllCacheFormats;
 
 // ---- traits --------------------------------------------------------------------------------
 

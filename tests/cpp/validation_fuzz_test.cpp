@@ -14,6 +14,7 @@
 // failure reproduces, and its trace names the trial (seed = base + trial) and the mutations.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <cstdint>
@@ -27,6 +28,7 @@
 #include "core/validate.h"
 #include "cpu/kv_cache_codec_checks.h"
 #include "sparse_mla/sparse_mla.h"
+#include "support/cache_formats.h"
 #include "support/call_fixtures.h"
 
 namespace sparse_mla {
@@ -212,365 +214,304 @@ void expect_clear_rejection(const Status& s, const char* op) {
   EXPECT_EQ(s.message().rfind(std::string(op) + ": ", 0), 0u) << s.message();
 }
 
+// Sets `field` and names it, for the mutation menus below.
+template <class T, class V>
+std::string set(T& field, V value, const char* name) {
+  field = static_cast<T>(value);
+  return name;
+}
+
+// ---- the trial driver ------------------------------------------------------------------------
+
+// One entry of a mutation menu: changes one field of `args` and says which.
+template <class Args>
+using Mutation = std::string (*)(Mutator&, Args&);
+
+// Counts of one test's trials; at the end, the accepted branch must have been taken.
+struct Tally {
+  const char* what;
+  int accepted = 0, ran = 0;
+  ~Tally() {
+    std::printf("%s: %d of %d mutated calls accepted, %d run\n", what, accepted, kTrialsPerOp, ran);
+    EXPECT_GT(ran, 20) << what << ": the mutations never left a call valid and in bounds";
+  }
+};
+
+// Runs kTrialsPerOp trials: a fresh fixture, 1..4 random mutations from `menu`, then
+// check(fixture, args) under a trace naming the trial and the mutations.
+template <class Fixture, class Args, size_t N, class MakeArgs, class Check>
+void run_trials(uint64_t seed_base, const Mutation<Args> (&menu)[N], MakeArgs make_args,
+                Check check) {
+  for (int trial = 0; trial < kTrialsPerOp; ++trial) {
+    Mutator m(seed_base + trial);
+    Fixture f;
+    Args a = make_args(f, m);
+    std::string applied;
+    for (int n = 1 + m.pick(4); n > 0; --n) applied += menu[m.pick(N)](m, a) + "; ";
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + applied);
+    check(f, a);
+  }
+}
+
 // ---- prefill ---------------------------------------------------------------------------------
 
-TEST(ValidationFuzz, PrefillRejectsOrRunsEveryMutation) {
-  int accepted = 0, ran = 0;
-  for (int trial = 0; trial < kTrialsPerOp; ++trial) {
-    Mutator m(0x5eed0000u + trial);
-    PrefillFixture f;
-    SparsePrefillArgs a = f.args();
-    std::string applied;
-    for (int n = 1 + m.pick(4); n > 0; --n) {
-      switch (m.pick(11)) {
-        case 0:
-          applied += m.view("q", a.q);
-          break;
-        case 1:
-          applied += m.view("kv", a.kv);
-          break;
-        case 2:
-          applied += m.view("indices", a.indices);
-          break;
-        case 3:
-          applied += m.optional_view("attn_sink", a.attn_sink);
-          break;
-        case 4:
-          applied += m.optional_view("topk_length", a.topk_length);
-          break;
-        case 5:
-          applied += m.view("out", a.out);
-          break;
-        case 6:
-          applied += m.view("max_logits", a.max_logits);
-          break;
-        case 7:
-          applied += m.view("lse", a.lse);
-          break;
-        case 8:
-          a.sm_scale = m.extreme_float();
-          applied += "sm_scale";
-          break;
-        case 9:
-          a.d_v = m.extreme_int();
-          applied += "d_v";
-          break;
-        default: {
-          // A consistent change of s_q or topk across every tensor that carries it: calls that
-          // pass the shape checks and test the size arithmetic behind them.
-          const int64_t v = m.extreme_int64();
-          if (m.pick(2) == 0) {
-            for (TensorView* t : {&a.q, &a.indices, &a.out, &a.max_logits, &a.lse}) t->sizes[0] = v;
-            if (a.topk_length) a.topk_length->sizes[0] = v;
-            applied += "s_q everywhere";
-          } else {
-            a.indices.sizes[2] = v;
-            applied += "topk";
-          }
-        }
-      }
-      applied += "; ";
-    }
-    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + applied);
-    detail::PrefillParams params;
-    const Status valid = detail::validate_prefill(a, &params);
-    RunOptions options;
-    options.backend = Backend::kCpu;
-    if (!valid.ok()) {
-      expect_clear_rejection(valid, "sparse_prefill");
-      expect_clear_rejection(sparse_prefill(a, options), "sparse_prefill");
-      EXPECT_TRUE(f.outputs_untouched());
-      continue;
-    }
-    ++accepted;
-    const bool safe =
-        inside(a.q, buffer_of(f.q)) && inside(a.kv, buffer_of(f.kv)) &&
-        inside(a.indices, buffer_of(f.indices)) && inside(a.attn_sink, buffer_of(f.sink)) &&
-        inside(a.topk_length, buffer_of(f.lengths)) && inside(a.out, buffer_of(f.out)) &&
-        inside(a.max_logits, buffer_of(f.max_logits)) && inside(a.lse, buffer_of(f.lse)) &&
-        a.q.device == Device::cpu();
-    if (!safe) continue;
-    ++ran;
-    const Status s = sparse_prefill(a, options);
-    EXPECT_TRUE(s.ok()) << s.message();
+// Sets s_q consistently in every tensor that carries it, or topk: calls that pass the shape
+// checks and test the size arithmetic behind them.
+std::string consistent_size(Mutator& m, SparsePrefillArgs& a) {
+  const int64_t v = m.extreme_int64();
+  if (m.pick(2) == 0) {
+    a.indices.sizes[2] = v;
+    return "topk";
   }
-  std::printf("prefill: %d of %d mutated calls accepted, %d run\n", accepted, kTrialsPerOp, ran);
-  // The mutations must leave some calls valid, or the accepted branch is never tested.
-  EXPECT_GT(ran, 20) << accepted << " accepted";
+  for (TensorView* t : {&a.q, &a.indices, &a.out, &a.max_logits, &a.lse}) t->sizes[0] = v;
+  if (a.topk_length) a.topk_length->sizes[0] = v;
+  return "s_q everywhere";
+}
+
+constexpr Mutation<SparsePrefillArgs> kPrefillMutations[] = {
+    [](Mutator& m, SparsePrefillArgs& a) { return m.view("q", a.q); },
+    [](Mutator& m, SparsePrefillArgs& a) { return m.view("kv", a.kv); },
+    [](Mutator& m, SparsePrefillArgs& a) { return m.view("indices", a.indices); },
+    [](Mutator& m, SparsePrefillArgs& a) { return m.optional_view("attn_sink", a.attn_sink); },
+    [](Mutator& m, SparsePrefillArgs& a) { return m.optional_view("topk_length", a.topk_length); },
+    [](Mutator& m, SparsePrefillArgs& a) { return m.view("out", a.out); },
+    [](Mutator& m, SparsePrefillArgs& a) { return m.view("max_logits", a.max_logits); },
+    [](Mutator& m, SparsePrefillArgs& a) { return m.view("lse", a.lse); },
+    [](Mutator& m, SparsePrefillArgs& a) { return set(a.sm_scale, m.extreme_float(), "sm_scale"); },
+    [](Mutator& m, SparsePrefillArgs& a) { return set(a.d_v, m.extreme_int(), "d_v"); },
+    consistent_size,
+};
+
+TEST(ValidationFuzz, PrefillRejectsOrRunsEveryMutation) {
+  Tally tally{"prefill"};
+  RunOptions options;
+  options.backend = Backend::kCpu;
+  run_trials<PrefillFixture>(
+      0x5eed0000u, kPrefillMutations, [](PrefillFixture& f, Mutator&) { return f.args(); },
+      [&](PrefillFixture& f, const SparsePrefillArgs& a) {
+        detail::PrefillParams params;
+        const Status valid = detail::validate_prefill(a, &params);
+        if (!valid.ok()) {
+          expect_clear_rejection(valid, "sparse_prefill");
+          expect_clear_rejection(sparse_prefill(a, options), "sparse_prefill");
+          EXPECT_TRUE(f.outputs_untouched());
+          return;
+        }
+        ++tally.accepted;
+        if (!(inside(a.q, buffer_of(f.q)) && inside(a.kv, buffer_of(f.kv)) &&
+              inside(a.indices, buffer_of(f.indices)) && inside(a.attn_sink, buffer_of(f.sink)) &&
+              inside(a.topk_length, buffer_of(f.lengths)) && inside(a.out, buffer_of(f.out)) &&
+              inside(a.max_logits, buffer_of(f.max_logits)) && inside(a.lse, buffer_of(f.lse)) &&
+              a.q.device == Device::cpu())) {
+          return;
+        }
+        ++tally.ran;
+        const Status s = sparse_prefill(a, options);
+        EXPECT_TRUE(s.ok()) << s.message();
+      });
 }
 
 // ---- decode ----------------------------------------------------------------------------------
 
+constexpr Mutation<SparseDecodeArgs> kDecodeMutations[] = {
+    [](Mutator& m, SparseDecodeArgs& a) { return m.view("q", a.q); },
+    [](Mutator& m, SparseDecodeArgs& a) { return m.cache("kv_cache", a.kv_cache); },
+    [](Mutator& m, SparseDecodeArgs& a) { return m.view("indices", a.indices); },
+    [](Mutator& m, SparseDecodeArgs& a) { return m.optional_view("topk_length", a.topk_length); },
+    [](Mutator& m, SparseDecodeArgs& a) { return m.optional_view("attn_sink", a.attn_sink); },
+    [](Mutator& m, SparseDecodeArgs& a) {
+      if (a.extra_kv_cache && m.pick(4) != 0) return m.cache("extra_kv_cache", *a.extra_kv_cache);
+      a.extra_kv_cache.reset();
+      return std::string("extra_kv_cache dropped");
+    },
+    [](Mutator& m, SparseDecodeArgs& a) {
+      return m.optional_view("extra_indices", a.extra_indices);
+    },
+    [](Mutator& m, SparseDecodeArgs& a) {
+      return m.optional_view("extra_topk_length", a.extra_topk_length);
+    },
+    [](Mutator& m, SparseDecodeArgs& a) { return m.view("out", a.out); },
+    [](Mutator& m, SparseDecodeArgs& a) { return m.view("lse", a.lse); },
+    [](Mutator& m, SparseDecodeArgs& a) {
+      return set(a.softmax_scale, m.extreme_float(), "softmax_scale");
+    },
+    [](Mutator& m, SparseDecodeArgs& a) { return set(a.d_v, m.extreme_int(), "d_v"); },
+};
+
 TEST(ValidationFuzz, DecodeRejectsOrRunsEveryMutation) {
-  int accepted = 0, ran = 0;
-  for (int trial = 0; trial < kTrialsPerOp; ++trial) {
-    Mutator m(0xdec0000u + trial);
-    DecodeFixture f;
-    SparseDecodeArgs a = f.args();
-    std::string applied;
-    for (int n = 1 + m.pick(4); n > 0; --n) {
-      switch (m.pick(12)) {
-        case 0:
-          applied += m.view("q", a.q);
-          break;
-        case 1:
-          applied += m.cache("kv_cache", a.kv_cache);
-          break;
-        case 2:
-          applied += m.view("indices", a.indices);
-          break;
-        case 3:
-          applied += m.optional_view("topk_length", a.topk_length);
-          break;
-        case 4:
-          applied += m.optional_view("attn_sink", a.attn_sink);
-          break;
-        case 5:
-          if (a.extra_kv_cache && m.pick(4) != 0) {
-            applied += m.cache("extra_kv_cache", *a.extra_kv_cache);
-          } else {
-            a.extra_kv_cache.reset();
-            applied += "extra_kv_cache dropped";
-          }
-          break;
-        case 6:
-          applied += m.optional_view("extra_indices", a.extra_indices);
-          break;
-        case 7:
-          applied += m.optional_view("extra_topk_length", a.extra_topk_length);
-          break;
-        case 8:
-          applied += m.view("out", a.out);
-          break;
-        case 9:
-          applied += m.view("lse", a.lse);
-          break;
-        case 10:
-          a.softmax_scale = m.extreme_float();
-          applied += "softmax_scale";
-          break;
-        default:
-          a.d_v = m.extreme_int();
-          applied += "d_v";
-          break;
-      }
-      applied += "; ";
-    }
-    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + applied);
-    detail::DecodeParams params;
-    const Status valid = detail::validate_decode(a, &params);
-    RunOptions options;
-    options.backend = Backend::kCpu;
-    SparseDecodeProblem problem;
-    if (!valid.ok()) {
-      expect_clear_rejection(valid, "sparse_decode");
-      const Status described = describe_sparse_decode(a, &problem);
-      EXPECT_FALSE(described.ok());
-      EXPECT_EQ(described.code(), StatusCode::kInvalidArgument) << described.message();
-      EXPECT_TRUE(f.outputs_untouched());
-      continue;
-    }
-    ++accepted;
-    const bool safe = inside(a.q, buffer_of(f.q)) && inside(a.kv_cache, buffer_of(f.cache)) &&
-                      inside(a.indices, buffer_of(f.indices)) &&
-                      inside(a.topk_length, buffer_of(f.lengths)) &&
-                      inside(a.attn_sink, buffer_of(f.sink)) &&
-                      (!a.extra_kv_cache || inside(*a.extra_kv_cache, buffer_of(f.extra_cache))) &&
-                      inside(a.extra_indices, buffer_of(f.extra_indices)) &&
-                      inside(a.extra_topk_length, buffer_of(f.extra_lengths)) &&
-                      inside(a.out, buffer_of(f.out)) && inside(a.lse, buffer_of(f.lse)) &&
-                      a.q.device == Device::cpu();
-    if (!safe) continue;
-    ++ran;
-    ASSERT_TRUE(describe_sparse_decode(a, &problem).ok());
-    DecodePlan plan;
-    const Status planned = plan_sparse_decode(problem, &plan, options);
-    ASSERT_TRUE(planned.ok()) << planned.message();
-    std::vector<uint8_t> workspace(plan.workspace_bytes + 16);
-    const Status s =
-        sparse_decode(a, plan, workspace.data(), workspace.size(), DecodeSchedule::kBuild, options);
-    EXPECT_TRUE(s.ok()) << s.message();
-  }
-  std::printf("decode: %d of %d mutated calls accepted, %d run\n", accepted, kTrialsPerOp, ran);
-  EXPECT_GT(ran, 20) << accepted << " accepted";
+  Tally tally{"decode"};
+  RunOptions options;
+  options.backend = Backend::kCpu;
+  run_trials<DecodeFixture>(
+      0xdec0000u, kDecodeMutations, [](DecodeFixture& f, Mutator&) { return f.args(); },
+      [&](DecodeFixture& f, const SparseDecodeArgs& a) {
+        detail::DecodeParams params;
+        const Status valid = detail::validate_decode(a, &params);
+        SparseDecodeProblem problem;
+        if (!valid.ok()) {
+          expect_clear_rejection(valid, "sparse_decode");
+          const Status described = describe_sparse_decode(a, &problem);
+          EXPECT_EQ(described.code(), StatusCode::kInvalidArgument) << described.message();
+          EXPECT_TRUE(f.outputs_untouched());
+          return;
+        }
+        ++tally.accepted;
+        if (!(inside(a.q, buffer_of(f.q)) && inside(a.kv_cache, buffer_of(f.cache)) &&
+              inside(a.indices, buffer_of(f.indices)) &&
+              inside(a.topk_length, buffer_of(f.lengths)) &&
+              inside(a.attn_sink, buffer_of(f.sink)) &&
+              (!a.extra_kv_cache || inside(*a.extra_kv_cache, buffer_of(f.extra_cache))) &&
+              inside(a.extra_indices, buffer_of(f.extra_indices)) &&
+              inside(a.extra_topk_length, buffer_of(f.extra_lengths)) &&
+              inside(a.out, buffer_of(f.out)) && inside(a.lse, buffer_of(f.lse)) &&
+              a.q.device == Device::cpu())) {
+          return;
+        }
+        ++tally.ran;
+        ASSERT_TRUE(describe_sparse_decode(a, &problem).ok());
+        DecodePlan plan;
+        const Status planned = plan_sparse_decode(problem, &plan, options);
+        ASSERT_TRUE(planned.ok()) << planned.message();
+        std::vector<uint8_t> workspace(plan.workspace_bytes + 16);
+        const Status s = sparse_decode(a, plan, workspace.data(), workspace.size(),
+                                       DecodeSchedule::kBuild, options);
+        EXPECT_TRUE(s.ok()) << s.message();
+      });
 }
 
 // ---- decode planning from a hand-made problem --------------------------------------------------
 
-TEST(ValidationFuzz, PlanRejectsOrPlansEveryProblem) {
-  DecodeFixture f;
-  SparseDecodeProblem valid;
-  ASSERT_TRUE(describe_sparse_decode(f.args(), &valid).ok());
-  int planned = 0;
-  for (int trial = 0; trial < kTrialsPerOp; ++trial) {
-    Mutator m(0x91a40000u + trial);
-    SparseDecodeProblem p = valid;
-    RunOptions options;
-    options.backend = Backend::kCpu;
-    std::string applied;
-    for (int n = 1 + m.pick(4); n > 0; --n) {
-      switch (m.pick(14)) {
-        case 0:
-          p.b = m.extreme_int64();
-          applied += "b";
-          break;
-        case 1:
-          p.s_q = m.extreme_int64();
-          applied += "s_q";
-          break;
-        case 2:
-          p.h_q = m.extreme_int64();
-          applied += "h_q";
-          break;
-        case 3:
-          p.d_qk = m.extreme_int();
-          applied += "d_qk";
-          break;
-        case 4:
-          p.d_v = m.extreme_int();
-          applied += "d_v";
-          break;
-        case 5:
-          p.topk = m.extreme_int64();
-          applied += "topk";
-          break;
-        case 6:
-          p.format = static_cast<KvCacheFormat>(m.pick(5));
-          applied += "format";
-          break;
-        case 7:
-          p.page_block_size = m.extreme_int64();
-          applied += "page_block_size";
-          break;
-        case 8:
-          p.has_extra = !p.has_extra;
-          applied += "has_extra";
-          break;
-        case 9:
-          p.extra_topk = m.extreme_int64();
-          applied += "extra_topk";
-          break;
-        case 10:
-          p.extra_page_block_size = m.extreme_int64();
-          applied += "extra_page_block_size";
-          break;
-        case 11:
-          p.device = m.device();
-          applied += "device";
-          break;
-        case 12:
-          options.backend = static_cast<Backend>(m.pick(6));
-          applied += "options.backend";
-          break;
-        default:
-          options.num_threads = m.extreme_int();
-          applied += "options.num_threads";
-          break;
-      }
-      applied += "; ";
-    }
-    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + applied);
-    DecodePlan plan;
-    const Status s = plan_sparse_decode(p, &plan, options);
-    if (s.ok()) {
-      ++planned;
-      EXPECT_EQ(plan.problem, p);
-    } else {
-      expect_clear_rejection(s, "plan_sparse_decode");
-    }
+// A hand-made problem and the options it is planned with.
+struct PlanCall {
+  SparseDecodeProblem problem;
+  RunOptions options;
+};
+
+struct PlanFixture {
+  PlanCall call;
+  PlanFixture() {
+    DecodeFixture f;
+    EXPECT_TRUE(describe_sparse_decode(f.args(), &call.problem).ok());
+    call.options.backend = Backend::kCpu;
   }
-  std::printf("plan: %d of %d mutated problems planned\n", planned, kTrialsPerOp);
-  EXPECT_GT(planned, 20);
+};
+
+constexpr Mutation<PlanCall> kPlanMutations[] = {
+    [](Mutator& m, PlanCall& c) { return set(c.problem.b, m.extreme_int64(), "b"); },
+    [](Mutator& m, PlanCall& c) { return set(c.problem.s_q, m.extreme_int64(), "s_q"); },
+    [](Mutator& m, PlanCall& c) { return set(c.problem.h_q, m.extreme_int64(), "h_q"); },
+    [](Mutator& m, PlanCall& c) { return set(c.problem.d_qk, m.extreme_int(), "d_qk"); },
+    [](Mutator& m, PlanCall& c) { return set(c.problem.d_v, m.extreme_int(), "d_v"); },
+    [](Mutator& m, PlanCall& c) { return set(c.problem.topk, m.extreme_int64(), "topk"); },
+    [](Mutator& m, PlanCall& c) { return set(c.problem.format, m.pick(5), "format"); },
+    [](Mutator& m, PlanCall& c) {
+      return set(c.problem.page_block_size, m.extreme_int64(), "page_block_size");
+    },
+    [](Mutator&, PlanCall& c) { return set(c.problem.has_extra, !c.problem.has_extra, "extra"); },
+    [](Mutator& m, PlanCall& c) {
+      return set(c.problem.extra_topk, m.extreme_int64(), "extra_topk");
+    },
+    [](Mutator& m, PlanCall& c) {
+      return set(c.problem.extra_page_block_size, m.extreme_int64(), "extra_page_block_size");
+    },
+    [](Mutator& m, PlanCall& c) { return set(c.problem.device, m.device(), "device"); },
+    [](Mutator& m, PlanCall& c) { return set(c.options.backend, m.pick(6), "options.backend"); },
+    [](Mutator& m, PlanCall& c) {
+      return set(c.options.num_threads, m.extreme_int(), "options.num_threads");
+    },
+};
+
+TEST(ValidationFuzz, PlanRejectsOrPlansEveryProblem) {
+  Tally tally{"plan"};
+  run_trials<PlanFixture>(
+      0x91a40000u, kPlanMutations, [](PlanFixture& f, Mutator&) { return f.call; },
+      [&](PlanFixture&, const PlanCall& c) {
+        DecodePlan plan;
+        const Status s = plan_sparse_decode(c.problem, &plan, c.options);
+        if (!s.ok()) {
+          expect_clear_rejection(s, "plan_sparse_decode");
+          return;
+        }
+        ++tally.accepted;
+        ++tally.ran;
+        EXPECT_EQ(plan.problem, c.problem);
+      });
 }
 
 // ---- the host KV-cache codec -----------------------------------------------------------------
 
-// A small cache of `format` (2 blocks of 3 tokens) with its bf16 rows and an fp32 output.
+// Buffers for a small cache of any format (2 blocks of 3 tokens), its bf16 rows and an fp32
+// output; the call picks the format and the direction.
 struct CodecFixture {
-  static constexpr int64_t kBlocks = 2, kPage = 3;
-  KvCacheFormat format;
-  int d_qk;
-  int64_t block_stride;
-  std::vector<uint8_t> cache;
-  std::vector<uint16_t> rows;
-  std::vector<float> out;
-
-  CodecFixture(KvCacheFormat format, int d_qk)
-      : format(format),
-        d_qk(d_qk),
-        block_stride(kv_cache_min_block_stride(format, kPage, d_qk)),
-        cache(block_stride * kBlocks + 16, 0),
-        rows(kBlocks * kPage * d_qk, 0x3f80),
-        out(kBlocks * kPage * d_qk, 0.0f) {}
+  static constexpr int64_t kBlocks = 2, kPage = 3, kMaxDqk = 576;
+  static int64_t max_block_stride() {
+    int64_t stride = 0;
+    for (KvCacheFormat format :
+         {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8, KvCacheFormat::kBf16}) {
+      stride = std::max(stride, kv_cache_min_block_stride(format, kPage, kMaxDqk));
+    }
+    return stride;
+  }
+  std::vector<uint8_t> cache = std::vector<uint8_t>(max_block_stride() * kBlocks + 16, 0);
+  std::vector<uint16_t> rows = std::vector<uint16_t>(kBlocks * kPage * kMaxDqk, 0x3f80);
+  std::vector<float> out = std::vector<float>(kBlocks * kPage * kMaxDqk, 0.0f);
 
   void* cache_data() {  // 16-byte aligned, as the formats' block alignment asks
     auto p = reinterpret_cast<uintptr_t>(cache.data());
     return reinterpret_cast<void*>((p + 15) / 16 * 16);
   }
-  KvCacheView view() {
-    return KvCacheView{cache_data(), format, kBlocks, kPage, block_stride, d_qk, Device::cpu()};
-  }
-  TensorView rows_view() {
-    return TensorView::contiguous(rows.data(), DType::kBFloat16, {kBlocks, kPage, 1, d_qk});
-  }
-  TensorView out_view() {
-    return TensorView::contiguous(out.data(), DType::kFloat32, {kBlocks, kPage, 1, d_qk});
-  }
+};
+
+struct CodecCall {
+  bool quantize;
+  KvCacheView cache;
+  TensorView rows;  // quantize_kv_cache's input
+  TensorView out;   // dequantize_kv_cache's output
+};
+
+CodecCall make_codec_call(CodecFixture& f, Mutator& m) {
+  const auto& format =
+      test_support::kAllCacheFormats[m.pick(std::size(test_support::kAllCacheFormats))];
+  const int64_t d_qk = format.d_qk;
+  const int64_t stride = kv_cache_min_block_stride(format.format, f.kPage, format.d_qk);
+  return {m.pick(2) == 0,
+          KvCacheView{f.cache_data(), format.format, f.kBlocks, f.kPage, stride, format.d_qk,
+                      Device::cpu()},
+          TensorView::contiguous(f.rows.data(), DType::kBFloat16, {f.kBlocks, f.kPage, 1, d_qk}),
+          TensorView::contiguous(f.out.data(), DType::kFloat32, {f.kBlocks, f.kPage, 1, d_qk})};
+}
+
+constexpr Mutation<CodecCall> kCodecMutations[] = {
+    [](Mutator& m, CodecCall& c) { return m.cache("cache", c.cache); },
+    [](Mutator& m, CodecCall& c) { return m.view("kv_bf16", c.rows); },
+    [](Mutator& m, CodecCall& c) { return m.view("kv_out", c.out); },
 };
 
 TEST(ValidationFuzz, CodecRejectsOrRunsEveryMutation) {
-  struct Format {
-    KvCacheFormat format;
-    int d_qk;
-  };
-  constexpr Format kFormats[] = {{KvCacheFormat::kV32Fp8, 576},
-                                 {KvCacheFormat::kV4Fp8, 512},
-                                 {KvCacheFormat::kBf16, 576},
-                                 {KvCacheFormat::kBf16, 512}};
-  int accepted = 0, ran = 0;
-  for (int trial = 0; trial < kTrialsPerOp; ++trial) {
-    Mutator m(0xc0dec000u + trial);
-    const Format& f0 = kFormats[m.pick(std::size(kFormats))];
-    CodecFixture f(f0.format, f0.d_qk);
-    KvCacheView cache = f.view();
-    TensorView rows = f.rows_view();
-    TensorView out = f.out_view();
-    const bool quantize = m.pick(2) == 0;
-    std::string applied = quantize ? "quantize: " : "dequantize: ";
-    for (int n = 1 + m.pick(3); n > 0; --n) {
-      switch (m.pick(3)) {
-        case 0:
-          applied += m.cache("cache", cache);
-          break;
-        case 1:
-          applied += m.view("kv_bf16", rows);
-          break;
-        default:
-          applied += m.view("kv_out", out);
-          break;
-      }
-      applied += "; ";
-    }
-    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + applied);
-    const char* op = quantize ? "quantize_kv_cache" : "dequantize_kv_cache";
-    const Status valid =
-        quantize ? cpu::check_quantize_args(rows, cache) : cpu::check_dequantize_args(cache, out);
-    if (!valid.ok()) {
-      expect_clear_rejection(valid, op);
-      const Status s = quantize ? quantize_kv_cache(rows, cache) : dequantize_kv_cache(cache, out);
-      EXPECT_EQ(s.message(), valid.message());
-      continue;
-    }
-    ++accepted;
-    const bool safe = inside(cache, {f.cache_data(), f.cache.size() - 15}) &&
-                      (quantize ? inside(rows, buffer_of(f.rows)) : inside(out, buffer_of(f.out)));
-    if (!safe) continue;
-    ++ran;
-    const Status s = quantize ? quantize_kv_cache(rows, cache) : dequantize_kv_cache(cache, out);
-    EXPECT_TRUE(s.ok()) << s.message();
-  }
-  std::printf("codec: %d of %d mutated calls accepted, %d run\n", accepted, kTrialsPerOp, ran);
-  EXPECT_GT(ran, 20) << accepted << " accepted";
+  Tally tally{"codec"};
+  run_trials<CodecFixture>(
+      0xc0dec000u, kCodecMutations, make_codec_call, [&](CodecFixture& f, const CodecCall& c) {
+        const char* op = c.quantize ? "quantize_kv_cache" : "dequantize_kv_cache";
+        auto call = [&] {
+          return c.quantize ? quantize_kv_cache(c.rows, c.cache)
+                            : dequantize_kv_cache(c.cache, c.out);
+        };
+        const Status valid = c.quantize ? cpu::check_quantize_args(c.rows, c.cache)
+                                        : cpu::check_dequantize_args(c.cache, c.out);
+        if (!valid.ok()) {
+          expect_clear_rejection(valid, op);
+          EXPECT_EQ(call().message(), valid.message());
+          return;
+        }
+        ++tally.accepted;
+        if (!(inside(c.cache, {f.cache_data(), f.cache.size() - 15}) &&
+              (c.quantize ? inside(c.rows, buffer_of(f.rows)) : inside(c.out, buffer_of(f.out))))) {
+          return;
+        }
+        ++tally.ran;
+        const Status s = call();
+        EXPECT_TRUE(s.ok()) << s.message();
+      });
 }
 
 }  // namespace
