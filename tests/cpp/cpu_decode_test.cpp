@@ -32,7 +32,6 @@ RunOptions backend_options(Backend backend, int threads = 0) {
   return o;
 }
 
-
 // ---- the reference on hand-computed cases ---------------------------------------------------
 
 // A bf16 cache (d_qk 512) holding rows with a closed form: q = (1, 0, ...), row = (a, v, 0...),
@@ -262,7 +261,8 @@ TEST_P(DecodeSweep, CpuMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipe, DecodeSweep,
-                         ::testing::Combine(::testing::Range(0, 4),
+                         ::testing::Combine(::testing::Range(0,
+                                                             static_cast<int>(std::size(kFormats))),
                                             ::testing::Values(1, 8, 16, 32, 64, 128),
                                             ::testing::Values(1, 37, 100, 128)),
                          [](const auto& info) {
