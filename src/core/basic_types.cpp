@@ -49,9 +49,7 @@ TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> siz
   }
   return t;
 }
-}  // namespace
 
-namespace {
 // a * b, or INT64_MAX / INT64_MIN where the product does not fit: sizes come from callers, and
 // validation reports a view too large to address; the arithmetic before it must not overflow.
 int64_t saturating_mul(int64_t a, int64_t b) {

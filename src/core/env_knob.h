@@ -1,11 +1,8 @@
-// Tuning and testing knobs read from the environment. Each knob is an integer with a short list
-// of allowed values; unset or empty means "the library chooses". Today's knobs:
-//   SMLA_PREFILL_BLOCK_KEYS, SMLA_DECODE_BLOCK_KEYS  32 | 64  (cuda/tile_choice.h)
-//   SMLA_DECODE_PAIR_HEAD_GROUPS                     0 | 1    (cuda/kernel_tables.cpp)
-//   SMLA_COMBINE_COLUMN_SLICES                       1 | 4    (cuda/combine/split_combine.cu)
-// Any other value is an error that names the variable, its value and the choices, which the
-// caller returns as a status: a typo ("SMLA_DECODE_PAIR_HEAD_GROUPS=false") must not quietly
-// pick a launch the user did not ask for.
+// Tuning and testing knobs read from the environment (the CUDA back end's are listed in
+// cuda/knobs.h). Each knob is an integer with a short list of allowed values; unset or empty
+// means "the library chooses". Any other value is an error that names the variable, its value
+// and the choices, which the caller returns as a status: a typo
+// ("SMLA_DECODE_PAIR_HEAD_GROUPS=false") must not quietly pick a launch the user did not ask for.
 #pragma once
 
 #include <initializer_list>

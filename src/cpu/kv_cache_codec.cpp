@@ -82,24 +82,6 @@ Status validate_rows(const char* fn, const char* arg, const TensorView& t, const
   return {};
 }
 
-}  // namespace
-
-namespace cpu {
-
-Status check_quantize_args(const TensorView& kv_bf16, const KvCacheView& cache) {
-  SMLA_RETURN_IF_ERROR(validate_cache("quantize_kv_cache", cache));
-  return validate_rows("quantize_kv_cache", "kv_bf16", kv_bf16, cache, false);
-}
-
-Status check_dequantize_args(const KvCacheView& cache, const TensorView& kv_out) {
-  SMLA_RETURN_IF_ERROR(validate_cache("dequantize_kv_cache", cache));
-  return validate_rows("dequantize_kv_cache", "kv_out", kv_out, cache, true);
-}
-
-}  // namespace cpu
-
-namespace {
-
 detail::KvCacheParams to_params(const KvCacheView& cache) {
   detail::KvCacheParams p;
   p.data = static_cast<const uint8_t*>(cache.data);
@@ -157,6 +139,20 @@ const uint16_t* row_ptr(const TensorView& t, int64_t block, int64_t token) {
 }
 
 }  // namespace
+
+namespace cpu {
+
+Status check_quantize_args(const TensorView& kv_bf16, const KvCacheView& cache) {
+  SMLA_RETURN_IF_ERROR(validate_cache("quantize_kv_cache", cache));
+  return validate_rows("quantize_kv_cache", "kv_bf16", kv_bf16, cache, false);
+}
+
+Status check_dequantize_args(const KvCacheView& cache, const TensorView& kv_out) {
+  SMLA_RETURN_IF_ERROR(validate_cache("dequantize_kv_cache", cache));
+  return validate_rows("dequantize_kv_cache", "kv_out", kv_out, cache, true);
+}
+
+}  // namespace cpu
 
 Status quantize_kv_cache(const TensorView& kv_bf16, const KvCacheView& cache) {
   SMLA_RETURN_IF_ERROR(cpu::check_quantize_args(kv_bf16, cache));
