@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Summarises `ncu --page source --print-source sass --csv` output: per-column totals of the
 numeric (sampling) columns, the SASS instructions with the most warp-stall samples (each with its
-main stall reasons), and the samples per barrier-delimited segment of the code (a kernel's phases:
+main stall reasons), the samples per barrier-delimited segment of the code (a kernel's phases:
 the instructions between two BAR / named-barrier / SYNCS waits), so a profile says which phase
-holds the time and why.
+holds the time and why, and the executed warp-instructions per opcode with their share of the
+stall samples, so it also says what the kernel spends its issue slots on (the FP8
+dequantisation's ALU is summed on its own line).
 
-    ncu_hotspots.py SASS_CSV [TOP]      (gpu_profile.sh runs it with SMLA_NCU_SOURCE=1)
+    ncu_hotspots.py SASS_CSV[.gz] [TOP]      (gpu_profile.sh runs it with SMLA_NCU_SOURCE=1)
 """
+import collections
 import csv
+import gzip
 import sys
 
 
@@ -21,7 +25,8 @@ def number(text):
 def main():
     path = sys.argv[1]
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
-    with open(path, newline="") as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
         rows = [r for r in csv.reader(f) if r]
     # The header is the first row naming a SASS/Source column.
     head_at = next(i for i, r in enumerate(rows) if any("Source" in c or "Sass" in c for c in r))
@@ -86,6 +91,44 @@ def main():
         mix_text = " ".join(f"{k} {100 * v / (seg['samples'] or 1):.0f}%" for v, k in mix if v)
         print(f"  {share:5.1f}%  {seg['first']:>8}..{seg['last']:<8}  {seg['rows']:5d} instr "
               f"{seg['hmma']:4d} HMMA {seg['ldsm']:4d} LDSM  {mix_text}")
+    executed_col = next((i for i in numeric if header[i] == "Instructions Executed"), None)
+    if executed_col is not None:
+        instruction_mix(body, text_col, executed_col, key, top)
+
+
+def opcode(source):
+    """HMMA.16816.F32.BF16 -> HMMA; conversions keep their suffixes (F2FP.F16.E4M3.UNPACK_B)."""
+    words = source.split()
+    if not words:
+        return ""
+    op = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+    return op if op.startswith(("F2FP", "HADD2.F32")) else op.split(".")[0]
+
+
+def instruction_mix(body, text_col, executed_col, samples_col, top):
+    executed = collections.Counter()
+    samples = collections.Counter()
+    for r in body:
+        if max(text_col, executed_col, samples_col) >= len(r):
+            continue
+        op = opcode(r[text_col])
+        executed[op] += number(r[executed_col]) or 0
+        samples[op] += number(r[samples_col]) or 0
+    total = sum(executed.values()) or 1
+    total_samples = sum(samples.values()) or 1
+    print(f"\nexecuted warp-instructions by opcode ({total:,.0f} in all):")
+    for op, n in executed.most_common(top):
+        print(f"  {100 * n / total:5.1f}%  {n:14,.0f}  {op:26}  stall samples "
+              f"{100 * samples[op] / total_samples:5.1f}%")
+    # FP8 dequantisation (fp8_dequant.cuh): every unpack yields 2 values, each widened once
+    # (HADD2.F32) and scaled once (FMUL); packs beyond the unpacks are softmax's P.
+    unpack = executed["F2FP.F16.E4M3.UNPACK_B"]
+    widen = executed["HADD2.F32"]
+    if unpack:
+        dequant = unpack + widen + min(executed["FMUL"], widen) + min(
+            executed["F2FP.BF16.F32.PACK_AB"], unpack)
+        print(f"  FP8 dequantisation ALU (unpack + widen + scale + pack): "
+              f"{100 * dequant / total:.1f}% of the executed instructions")
 
 
 if __name__ == "__main__":
