@@ -105,6 +105,16 @@ TEST(Cli, BadFlagsNameTheFlagAndExitWithTwo) {
   EXPECT_EQ(unknown_command.exit_code, 2) << unknown_command.output;
 }
 
+TEST(Cli, UnwritableJsonPathFailsBeforeTheRun) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "smla_no_such_dir" / "out.json").string();
+  CliRun r = run_cli(
+      "bench --op prefill --d_qk 576 --h_q 4 --topk 8 --s_q 2 --s_kv 64 --iters 1 --json " + path);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot write --json"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("measuring the ceilings"), std::string::npos) << r.output;
+}
+
 TEST(Cli, CudaBackendWithoutADeviceFails) {
   if (sparse_mla::cuda_available()) GTEST_SKIP() << "a CUDA device is visible";
   CliRun r = run_cli("check --cases 1 --backend cuda");
@@ -182,8 +192,7 @@ TEST(Cli, BenchDecodeScheduleBuildIsReproducible) {
   EXPECT_EQ(c["decode_schedule"], "build");
   EXPECT_DOUBLE_EQ(c["median_ms_schedule_build"].get<double>(), c["median_ms"].get<double>());
   EXPECT_NE(c["reproduce"].get<std::string>().find("--decode_schedule build"), std::string::npos);
-  EXPECT_NE(run.cli.output.find("built in every timed call"), std::string::npos)
-      << run.cli.output;
+  EXPECT_NE(run.cli.output.find("built in every timed call"), std::string::npos) << run.cli.output;
 }
 
 }  // namespace

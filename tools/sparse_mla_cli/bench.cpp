@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -717,6 +718,17 @@ int bench_command(const Invocation& inv) {
       std::cout << "sparse-mla bench " << shell_join(c.flags()) << suffix << "\n";
     }
     return kExitOk;
+  }
+
+  // A run can take minutes on a GPU: find out now, not after it, that --json cannot be written.
+  // The probe appends nothing, and removes the file if it made it.
+  if (!s.json_path.empty()) {
+    const bool existed = std::filesystem::exists(s.json_path);
+    if (!std::ofstream(s.json_path, std::ios::app)) {
+      std::cerr << "sparse-mla bench: cannot write --json = '" << s.json_path << "'\n";
+      return kExitUsageError;
+    }
+    if (!existed) std::filesystem::remove(s.json_path);
   }
 
   RunOptions options;
