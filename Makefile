@@ -3,7 +3,7 @@
 #   make run        build, then `sparse-mla bench` (default DeepSeek V4 suite) on the best back end
 #   make test       build, then every test this machine can run (C++ via ctest, Python via pytest)
 #   make test-asan  the CPU tests under AddressSanitizer + UBSan
-#   make gpu-check  on a GPU machine: build, GPU tests, sanitizers, benchmarks (scripts/gpu_check.sh)
+#   make gpu-check  on a GPU machine: build, GPU tests, random recipe cases, sanitizers, benchmarks (scripts/gpu_check.sh)
 JOBS ?= $(shell nproc)
 PRESET ?= release
 BUILD_DIR := $(if $(filter release,$(PRESET)),build,build-$(PRESET))

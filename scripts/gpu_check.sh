@@ -9,8 +9,11 @@
 #   scripts/gpu_check.sh --prepare-deps  (on a machine WITH the packages) copy GoogleTest's source
 #                                        and nlohmann_json into .gpu-deps/ for a machine without
 #                                        them and without network (the device image): carry it
-# Files written (7, flat): machine.txt build.log gpu_tests.log sanitizer.log bench.log bench.json
-# summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"; "none" skips the benchmarks),
+# Files written (8, flat): machine.txt build.log gpu_tests.log random_check.log sanitizer.log
+# bench.log bench.json summary.txt. Environment knobs: SMLA_BENCH_SUITES (default "all"; "none"
+# skips the benchmarks), SMLA_CHECK_CASES (random SPEC §5 cases on the GPU, default 400; 0 skips),
+# SMLA_CHECK_SEED (their first seed, default the time: each run covers new cases, and a failing
+# case prints the command that reruns it),
 # SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck
 # synccheck"; synccheck takes ~5 s and found session 7's bar.sync reached from two branches),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
@@ -120,6 +123,23 @@ skipped=$(grep -c 'Skipped' "$OUT_DIR/gpu_tests.log")
 # On a GPU machine a skipped GPU test means the device was not seen: that is a failure here.
 [[ $rc != 0 || $skipped != 0 ]] && FAILED=1
 row gpu-tests "${summary:-rc $rc} ($skipped skipped)" $(($(date +%s) - t0)) gpu_tests.log
+
+# ---- random recipe cases ------------------------------------------------------------------------
+# `sparse-mla check`: random shapes, formats, page sizes, features and invalid indices of the whole
+# SPEC §5 recipe against the reference, beyond the fixed cases of the GPU tests (~10 s for 400).
+CHECK_CASES=${SMLA_CHECK_CASES:-400}
+CHECK_SEED=${SMLA_CHECK_SEED:-$(date +%s)}
+if [[ $CHECK_CASES == 0 ]]; then
+  row random "skipped (SMLA_CHECK_CASES=0)" 0 -
+else
+  t0=$(date +%s)
+  timeout "$(left 150)" "$BUILD/sparse-mla" check --backend cuda --cases "$CHECK_CASES" \
+    --seed "$CHECK_SEED" >"$OUT_DIR/random_check.log" 2>&1
+  rc=$?
+  [[ $rc != 0 ]] && FAILED=1
+  summary=$(grep -E '^[0-9]+ cases on ' "$OUT_DIR/random_check.log" | tail -1)
+  row random "${summary:-rc $rc} (seed $CHECK_SEED)" $(($(date +%s) - t0)) random_check.log
+fi
 
 # ---- compute-sanitizer ------------------------------------------------------------------------
 t0=$(date +%s)
