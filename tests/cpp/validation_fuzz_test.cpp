@@ -8,10 +8,12 @@
 // - be accepted by the validation. An accepted call whose tensors all still lie inside the
 //   fixture's buffers runs on the CPU back end and must succeed. (One that reaches past them is
 //   not run: its view claims memory the caller does not own, which no library can check.)
-// The checks are cheap; the test earns its keep under ASan + UBSan (`make test-asan`), which turn
-// a signed overflow in the size arithmetic, a read outside a buffer or a crash into a failure. It
-// found TensorView::numel() overflowing on sizes like [INT64_MAX, 4, 576]. Seeds are fixed: a
-// failure reproduces, and its trace names the trial (seed = base + trial) and the mutations.
+// Prefill and decode calls are also validated (not run) with every tensor on cuda:0, so the
+// CUDA-only checks see the mutations too. The checks are cheap; the test earns its keep under ASan
+// + UBSan (`make test-asan`), which turn a signed overflow in the size arithmetic, a read outside a
+// buffer or a crash into a failure. It found TensorView::numel() overflowing on sizes like
+// [INT64_MAX, 4, 576]. Seeds are fixed: a failure reproduces, and its trace names the trial (seed =
+// base + trial) and the mutations.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -214,6 +216,29 @@ void expect_clear_rejection(const Status& s, const char* op) {
   EXPECT_EQ(s.message().rfind(std::string(op) + ": ", 0), 0u) << s.message();
 }
 
+// The same call with every tensor and cache on cuda:0, for validation only (nothing runs): the
+// CUDA-only checks (16-byte rows, alignment) see the mutations too.
+SparsePrefillArgs on_cuda(SparsePrefillArgs a) {
+  for (TensorView* t : {&a.q, &a.kv, &a.indices, &a.out, &a.max_logits, &a.lse}) {
+    t->device = Device::cuda(0);
+  }
+  for (std::optional<TensorView>* t : {&a.attn_sink, &a.topk_length}) {
+    if (*t) (*t)->device = Device::cuda(0);
+  }
+  return a;
+}
+
+SparseDecodeArgs on_cuda(SparseDecodeArgs a) {
+  for (TensorView* t : {&a.q, &a.indices, &a.out, &a.lse}) t->device = Device::cuda(0);
+  for (std::optional<TensorView>* t :
+       {&a.topk_length, &a.attn_sink, &a.extra_indices, &a.extra_topk_length}) {
+    if (*t) (*t)->device = Device::cuda(0);
+  }
+  a.kv_cache.device = Device::cuda(0);
+  if (a.extra_kv_cache) a.extra_kv_cache->device = Device::cuda(0);
+  return a;
+}
+
 // Sets `field` and names it, for the mutation menus below.
 template <class T, class V>
 std::string set(T& field, V value, const char* name) {
@@ -290,6 +315,9 @@ TEST(ValidationFuzz, PrefillRejectsOrRunsEveryMutation) {
       0x5eed0000u, kPrefillMutations, [](PrefillFixture& f, Mutator&) { return f.args(); },
       [&](PrefillFixture& f, const SparsePrefillArgs& a) {
         detail::PrefillParams params;
+        if (const Status on_gpu = detail::validate_prefill(on_cuda(a), &params); !on_gpu.ok()) {
+          expect_clear_rejection(on_gpu, "sparse_prefill");
+        }
         const Status valid = detail::validate_prefill(a, &params);
         if (!valid.ok()) {
           expect_clear_rejection(valid, "sparse_prefill");
@@ -346,6 +374,9 @@ TEST(ValidationFuzz, DecodeRejectsOrRunsEveryMutation) {
       0xdec0000u, kDecodeMutations, [](DecodeFixture& f, Mutator&) { return f.args(); },
       [&](DecodeFixture& f, const SparseDecodeArgs& a) {
         detail::DecodeParams params;
+        if (const Status on_gpu = detail::validate_decode(on_cuda(a), &params); !on_gpu.ok()) {
+          expect_clear_rejection(on_gpu, "sparse_decode");
+        }
         const Status valid = detail::validate_decode(a, &params);
         SparseDecodeProblem problem;
         if (!valid.ok()) {
