@@ -2,12 +2,14 @@
 // the first problem found, phrased as "<op>: <argument> <what is wrong> (<value>)".
 #include "core/validate.h"
 
-#include "core/kv_cache_layout.h"
-
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <sstream>
 #include <string>
+
+#include "core/kv_cache_layout.h"
 
 namespace sparse_mla::detail {
 
@@ -165,10 +167,22 @@ Status check_d_v(const Checker& c, int d_v) {
   return {};
 }
 
+// The kernels work with scores in log2 units, score * scale * log2(e), in fp32: a scale above
+// FLT_MAX / log2(e) (~2.36e38) would turn every score into inf and the outputs into NaN.
+inline constexpr float kMaxSoftmaxScale = std::numeric_limits<float>::max() / 1.4426950408889634f;
+
 Status check_scale(const Checker& c, const char* name, float scale) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.9g", scale);
   if (!std::isfinite(scale) || !(scale > 0.0f)) {
-    return c.fail(std::string(name) + " = " + std::to_string(scale) +
+    return c.fail(std::string(name) + " = " + text +
                   " must be finite and > 0 (the softmax scale, e.g. d_qk ** -0.5)");
+  }
+  if (scale > kMaxSoftmaxScale) {
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%.9g", kMaxSoftmaxScale);
+    return c.fail(std::string(name) + " = " + text + " is too large: scale * log2(e) must fit " +
+                  "an fp32 (at most " + limit + ")");
   }
   return {};
 }
