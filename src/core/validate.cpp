@@ -171,18 +171,22 @@ Status check_d_v(const Checker& c, int d_v) {
 // FLT_MAX / log2(e) (~2.36e38) would turn every score into inf and the outputs into NaN.
 inline constexpr float kMaxSoftmaxScale = std::numeric_limits<float>::max() / 1.4426950408889634f;
 
-Status check_scale(const Checker& c, const char* name, float scale) {
+// A float as "%.9g" prints it: every float round-trips, and 0 reads "0", not "0.000000".
+std::string float_text(float v) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.9g", scale);
+  std::snprintf(text, sizeof text, "%.9g", v);
+  return text;
+}
+
+Status check_scale(const Checker& c, const char* name, float scale) {
   if (!std::isfinite(scale) || !(scale > 0.0f)) {
-    return c.fail(std::string(name) + " = " + text +
+    return c.fail(std::string(name) + " = " + float_text(scale) +
                   " must be finite and > 0 (the softmax scale, e.g. d_qk ** -0.5)");
   }
   if (scale > kMaxSoftmaxScale) {
-    char limit[32];
-    std::snprintf(limit, sizeof limit, "%.9g", kMaxSoftmaxScale);
-    return c.fail(std::string(name) + " = " + text + " is too large: scale * log2(e) must fit " +
-                  "an fp32 (at most " + limit + ")");
+    return c.fail(std::string(name) + " = " + float_text(scale) +
+                  " is too large: scale * log2(e) must fit an fp32 (at most " +
+                  float_text(kMaxSoftmaxScale) + ")");
   }
   return {};
 }

@@ -3,6 +3,7 @@
 // arguments and check that a rejected call left the outputs as they were.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -12,6 +13,12 @@ namespace sparse_mla::test_support {
 
 inline constexpr uint16_t kSentinelBf16 = 0x7fc1;  // a NaN pattern no kernel writes
 inline constexpr float kSentinelF32 = -12345.0f;
+
+// True if every element still holds the sentinel (bitwise for bf16: the sentinel is a NaN).
+template <class T>
+bool all_equal(const std::vector<T>& values, T sentinel) {
+  return std::all_of(values.begin(), values.end(), [&](T v) { return v == sentinel; });
+}
 
 // A small valid prefill call: s_q 3, s_kv 40, h_q 4, d_qk 576, topk 8, all tensors contiguous.
 struct PrefillFixture {
@@ -40,13 +47,8 @@ struct PrefillFixture {
   }
 
   bool outputs_untouched() const {
-    for (uint16_t v : out)
-      if (v != kSentinelBf16) return false;
-    for (float v : max_logits)
-      if (v != kSentinelF32) return false;
-    for (float v : lse)
-      if (v != kSentinelF32) return false;
-    return true;
+    return all_equal(out, kSentinelBf16) && all_equal(max_logits, kSentinelF32) &&
+           all_equal(lse, kSentinelF32);
   }
 };
 
@@ -97,11 +99,7 @@ struct DecodeFixture {
   }
 
   bool outputs_untouched() const {
-    for (uint16_t v : out)
-      if (v != kSentinelBf16) return false;
-    for (float v : lse)
-      if (v != kSentinelF32) return false;
-    return true;
+    return all_equal(out, kSentinelBf16) && all_equal(lse, kSentinelF32);
   }
 };
 
