@@ -19,8 +19,13 @@ struct EnvKnob {
 // Parses `text` (nullptr = unset) as knob `name` with the given choices. Pure: unit-tested.
 EnvKnob parse_env_knob(const char* name, const char* text, std::initializer_list<int> choices);
 
+// The same for a knob that takes any integer in [lo, hi] (decimal digits only; "choices" in the
+// error message reads "an integer in [lo, hi]").
+EnvKnob parse_env_knob_in_range(const char* name, const char* text, int lo, int hi);
+
 // parse_env_knob on std::getenv(name). Callers read a knob once per process (a function-local
 // static), so a plan and the run that follows it agree.
 EnvKnob read_env_knob(const char* name, std::initializer_list<int> choices);
+EnvKnob read_env_knob_in_range(const char* name, int lo, int hi);
 
 }  // namespace sparse_mla::detail

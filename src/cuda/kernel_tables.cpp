@@ -310,6 +310,12 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
   }
   // The schedule's parts times the head groups fill every resident CTA slot once.
   shape->num_parts = std::max(1, limits.sm_count * shape->ctas_per_sm / shape->head_groups);
+  // SMLA_DECODE_NUM_PARTS (cuda/knobs.h) replaces that count, for experiments on the trade
+  // between per-piece costs (entry, fp32 partial rows, the combine) and resident CTAs
+  // (decode_planner_and_combine.md); ctest runs one odd count.
+  if (const std::optional<int> forced = cuda::cuda_knobs().decode_num_parts.value) {
+    shape->num_parts = *forced;
+  }
   return {};
 }
 

@@ -10,8 +10,10 @@ const CudaKnobs& cuda_knobs() {
     k.decode_block_keys = read_env_knob("SMLA_DECODE_BLOCK_KEYS", {32, 64});
     k.decode_pair_head_groups = read_env_knob("SMLA_DECODE_PAIR_HEAD_GROUPS", {0, 1});
     k.combine_column_slices = read_env_knob("SMLA_COMBINE_COLUMN_SLICES", {1, 4});
-    for (const detail::EnvKnob* knob : {&k.prefill_block_keys, &k.decode_block_keys,
-                                        &k.decode_pair_head_groups, &k.combine_column_slices}) {
+    k.decode_num_parts = detail::read_env_knob_in_range("SMLA_DECODE_NUM_PARTS", 1, 1 << 20);
+    for (const detail::EnvKnob* knob :
+         {&k.prefill_block_keys, &k.decode_block_keys, &k.decode_pair_head_groups,
+          &k.combine_column_slices, &k.decode_num_parts}) {
       if (k.error.empty()) k.error = knob->error;
     }
     return k;

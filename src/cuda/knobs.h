@@ -5,6 +5,7 @@
 //   SMLA_DECODE_BLOCK_KEYS       32 | 64  the same for the decode tile
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads (kernel_tables.cpp)
 //   SMLA_COMBINE_COLUMN_SLICES   1 | 4    warps per head in the split combine (split_combine.cu)
+//   SMLA_DECODE_NUM_PARTS        1..2^20  parts of an unpaired decode launch (kernel_tables.cpp)
 // A bad setting fails every CUDA call with a message naming the variable, its value and the
 // choices (kernel_tables.cpp checks `error` before choosing a kernel), so no launch runs with a
 // knob the user mistyped.
@@ -21,6 +22,7 @@ struct CudaKnobs {
   detail::EnvKnob decode_block_keys;
   detail::EnvKnob decode_pair_head_groups;
   detail::EnvKnob combine_column_slices;
+  detail::EnvKnob decode_num_parts;
   std::string error;  // the first bad setting's message, or "" when every knob is valid
 };
 

@@ -42,6 +42,24 @@ TEST(EnvKnob, AnythingElseIsAnErrorNamingVariableValueAndChoices) {
   }
 }
 
+TEST(EnvKnob, RangeKnobTakesDecimalIntegersInRange) {
+  using sparse_mla::detail::parse_env_knob_in_range;
+  EXPECT_FALSE(parse_env_knob_in_range("SMLA_X", nullptr, 1, 1 << 20).value.has_value());
+  EXPECT_FALSE(parse_env_knob_in_range("SMLA_X", "", 1, 1 << 20).value.has_value());
+  EXPECT_EQ(parse_env_knob_in_range("SMLA_X", "1", 1, 1 << 20).value, 1);
+  EXPECT_EQ(parse_env_knob_in_range("SMLA_X", "264", 1, 1 << 20).value, 264);
+  EXPECT_EQ(parse_env_knob_in_range("SMLA_X", "1048576", 1, 1 << 20).value, 1 << 20);
+  for (const char* text :
+       {"0", "1048577", "-7", "+7", "07", " 7", "7 ", "7x", "0x10", "99999999999999999999"}) {
+    SCOPED_TRACE(text);
+    const EnvKnob knob = parse_env_knob_in_range("SMLA_DECODE_NUM_PARTS", text, 1, 1 << 20);
+    EXPECT_FALSE(knob.value.has_value());
+    EXPECT_EQ(knob.error, std::string("SMLA_DECODE_NUM_PARTS = '") + text +
+                              "' is not a valid setting: expected an integer in [1, 1048576], "
+                              "or unset to let the library choose");
+  }
+}
+
 TEST(EnvKnob, ReadsTheEnvironment) {
   constexpr const char* kName = "SMLA_ENV_KNOB_TEST_ONLY";
   ASSERT_EQ(unsetenv(kName), 0);
