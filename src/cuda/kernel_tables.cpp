@@ -9,9 +9,12 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 
 #include "core/kernel_variant.h"
 #include "cuda/combine/launch.h"
@@ -22,6 +25,8 @@
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/device_guard.h"
 #include "cuda/tile_choice.h"
+#include "planning/decode_part_count.h"
+#include "planning/decode_schedule_builder.h"
 #include "planning/decode_workspace.h"
 
 namespace sparse_mla::detail {
@@ -236,8 +241,9 @@ Status decode_entry_for(const SparseDecodeProblem& problem, const char* caller,
 struct DecodeLaunchShape {
   int head_groups = 1;
   int num_parts = 1;
-  int ctas_per_sm = 0;  // unpaired launches
-  int clusters = 0;     // paired launches: resident 2-CTA clusters on the device; 0 = unpaired
+  int64_t min_units = 0;  // the schedule's floor of units per part (planning/decode_part_count.h)
+  int ctas_per_sm = 0;    // unpaired launches
+  int clusters = 0;       // paired launches: resident 2-CTA clusters on the device; 0 = unpaired
 };
 
 // Paired head groups by default for every quantized format (bf16 caches have no gather or
@@ -293,28 +299,63 @@ int paired_clusters(const SparseDecodeProblem& problem, const DecodeEntry& entry
   return pair_clusters_of(&entry, problem.device.index);
 }
 
+// planning::choose_decode_part_count, remembered per (queries, bound blocks, slots): the search
+// takes up to ~40 µs of host time (121 queries of 59 blocks on 132 slots), and the PyTorch
+// package plans every layer's call. A map of at most kMaxRemembered shapes, cleared when full.
+planning::DecodePartCount part_count_of(int64_t num_queries, int64_t bound_blocks,
+                                        int32_t slots) {
+  constexpr size_t kMaxRemembered = 4096;
+  static std::mutex mutex;
+  static std::map<std::tuple<int64_t, int64_t, int32_t>, planning::DecodePartCount> remembered;
+  const auto key = std::make_tuple(num_queries, bound_blocks, slots);
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = remembered.find(key); it != remembered.end()) return it->second;
+  }
+  const planning::DecodePartCount count =
+      planning::choose_decode_part_count(num_queries, bound_blocks, slots);
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (remembered.size() >= kMaxRemembered) remembered.clear();
+  remembered.emplace(key, count);
+  return count;
+}
+
 Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimits& limits,
                            const DecodeEntry& entry, DecodeLaunchShape* shape) {
   shape->head_groups = head_groups_of(problem, entry);
   shape->clusters = paired_clusters(problem, entry);
   if (shape->clusters > 0) {
     shape->num_parts = shape->clusters;  // one part = one cluster = both head groups
-    return {};
+  } else {
+    shape->ctas_per_sm = ctas_per_sm_of(&entry, problem.device.index);
+    if (shape->ctas_per_sm < 1) {
+      return unsupported("plan_sparse_decode: the " + std::to_string(entry.rows) + "-row, " +
+                         std::to_string(entry.block_keys) +
+                         "-key decode kernel cannot be resident on device " +
+                         std::to_string(problem.device.index));
+    }
+    // The schedule's parts times the head groups fill every resident CTA slot once.
+    shape->num_parts = std::max(1, limits.sm_count * shape->ctas_per_sm / shape->head_groups);
   }
-  shape->ctas_per_sm = ctas_per_sm_of(&entry, problem.device.index);
-  if (shape->ctas_per_sm < 1) {
-    return unsupported("plan_sparse_decode: the " + std::to_string(entry.rows) + "-row, " +
-                       std::to_string(entry.block_keys) +
-                       "-key decode kernel cannot be resident on device " +
-                       std::to_string(problem.device.index));
+  // One CTA (or cluster) per SM: the slowest part sets the time, so the part count follows the
+  // lists' bound (planning/decode_part_count.h). Several CTAs per SM (the 16-row tiles) share
+  // the SM's issue slots instead; there the plain count measured best (8-16 heads, V4, b = 1-128,
+  // benchmarks/results/exp-decode-num-parts-2026-11-30/).
+  if (shape->clusters > 0 || shape->ctas_per_sm == 1) {
+    const int64_t bound_blocks = planning::query_blocks(
+        problem.topk, problem.has_extra ? problem.extra_topk : 0, entry.block_keys);
+    const planning::DecodePartCount count =
+        part_count_of(problem.b * problem.s_q, bound_blocks, shape->num_parts);
+    shape->num_parts = count.num_parts;
+    shape->min_units = count.min_units;
   }
-  // The schedule's parts times the head groups fill every resident CTA slot once.
-  shape->num_parts = std::max(1, limits.sm_count * shape->ctas_per_sm / shape->head_groups);
-  // SMLA_DECODE_NUM_PARTS (cuda/knobs.h) replaces that count, for experiments on the trade
-  // between per-piece costs (entry, fp32 partial rows, the combine) and resident CTAs
-  // (decode_planner_and_combine.md); ctest runs one odd count.
-  if (const std::optional<int> forced = cuda::cuda_knobs().decode_num_parts.value) {
+  // SMLA_DECODE_NUM_PARTS (cuda/knobs.h) replaces the count of an unpaired launch (and drops the
+  // floor), for experiments on the trade between per-piece costs (entry, fp32 partial rows, the
+  // combine) and resident CTAs (decode_planner_and_combine.md); ctest runs one odd count.
+  if (const std::optional<int> forced = cuda::cuda_knobs().decode_num_parts.value;
+      forced && shape->clusters == 0) {
     shape->num_parts = *forced;
+    shape->min_units = 0;
   }
   return {};
 }
@@ -336,7 +377,11 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
   plan->reason = "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
                  std::to_string(shape.head_groups) + " head groups of " +
                  std::to_string(entry->rows) + " rows x " + std::to_string(entry->block_keys) +
-                 "-key blocks = " +
+                 "-key blocks" +
+                 (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
+                                            " units: sized for full lists)"
+                                      : "") +
+                 " = " +
                  (shape.clusters > 0 ? std::to_string(shape.clusters) +
                                            " resident 2-CTA clusters (the head groups share each "
                                            "block's gather and dequantisation)"
@@ -368,8 +413,14 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
   // the split kernel) reads the planner's split_offsets before its grid-dependency wait, which
   // is safe only while the planner has completed before the split kernel starts.
   if (schedule == DecodeSchedule::kBuild) {
-    SMLA_RETURN_IF_ERROR(
-        cuda::launch_decode_planner(params, num_parts, entry->block_keys, workspace, stream));
+    // The plan keeps the part count; the floor of units per part follows from the same problem
+    // (plan and run ask decode_launch_shape). A plan whose count the shape does not give (the
+    // part-count knob changed in between) runs the plain cost line.
+    DecodeLaunchShape shape;
+    SMLA_RETURN_IF_ERROR(decode_launch_shape(params.problem, limits, *entry, &shape));
+    const int64_t min_units = shape.num_parts == num_parts ? shape.min_units : 0;
+    SMLA_RETURN_IF_ERROR(cuda::launch_decode_planner(params, num_parts, min_units,
+                                                     entry->block_keys, workspace, stream));
   }
   const planning::DecodeWorkspace ws = planning::carve_decode_workspace(workspace, layout);
   pd::DecodeLaunch launch;

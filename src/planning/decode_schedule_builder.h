@@ -3,8 +3,11 @@
 // prefix sum, src/cuda/planning/) evaluate the same functions and produce the same bytes:
 //   the *cost line* lays the queries out in order; query q occupies [C_q, C_{q+1}) with
 //   C_{q+1} = C_q + kQueryOverheadBlocks + blocks(q): its overhead units, then one unit per block.
-//   Part p owns the units [p*P, (p+1)*P), P = ceil(C_num_queries / num_parts), and processes the
-//   blocks that lie there. An empty query sits on its last overhead unit.
+//   Part p owns the units [p*P, (p+1)*P), P = max(min_units, ceil(C_num_queries / num_parts)), and
+//   processes the blocks that lie there. An empty query sits on its last overhead unit.
+//   `min_units` (0 = none) sizes the parts for the lists' upper bound instead of their valid
+//   lengths (decode_part_count.h): shorter lists then leave parts empty instead of moving every
+//   boundary. P >= ceil(C / num_parts) keeps every unit inside the num_parts parts.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +25,12 @@ SMLA_HOST_DEVICE inline int32_t query_blocks(int64_t n_main, int64_t n_extra, in
 // Units of the cost line one query takes.
 SMLA_HOST_DEVICE inline int64_t query_cost(int32_t blocks) { return kQueryOverheadBlocks + blocks; }
 
-// P: units per part. 1 when there is no work, so that positions still divide.
-SMLA_HOST_DEVICE inline int64_t units_per_part(int64_t total_cost, int32_t num_parts) {
-  return total_cost == 0 ? 1 : (total_cost + num_parts - 1) / num_parts;
+// P: units per part, at least `min_units`. 1 when there is no work, so that positions still
+// divide.
+SMLA_HOST_DEVICE inline int64_t units_per_part(int64_t total_cost, int32_t num_parts,
+                                               int64_t min_units) {
+  const int64_t share = total_cost == 0 ? 1 : (total_cost + num_parts - 1) / num_parts;
+  return share > min_units ? share : min_units;
 }
 
 // Where one query lies on the cost line and which parts process it.
@@ -125,12 +131,13 @@ SMLA_HOST_DEVICE inline int32_t piece_partial_slot(const DecodePartSchedule& par
 //   blocks         [num_queries]      int32, blocks(q)
 //   parts          [num_parts]        DecodePartSchedule (output)
 //   split_offsets  [num_queries + 1]  int32 (output)
-// num_parts >= 1.
+// num_parts >= 1, min_units >= 0.
 inline void build_decode_schedule(const int32_t* blocks, int32_t num_queries, int32_t num_parts,
-                                  DecodePartSchedule* parts, int32_t* split_offsets) {
+                                  int64_t min_units, DecodePartSchedule* parts,
+                                  int32_t* split_offsets) {
   int64_t total = 0;
   for (int32_t q = 0; q < num_queries; ++q) total += query_cost(blocks[q]);
-  int64_t units = units_per_part(total, num_parts);
+  int64_t units = units_per_part(total, num_parts, min_units);
   for (int32_t p = 0; p < num_parts; ++p) parts[p] = empty_part();
   split_offsets[0] = 0;
   int64_t cost_begin = 0;

@@ -1,7 +1,8 @@
 // Host tests of the split-KV decode schedule (planning/decode_schedule_builder.h) and the
 // workspace layout: every block of every query processed exactly once, partial-result slots
 // consistent with split_offsets, at most max_partials slots, and every part's cost within
-// ceil(total / num_parts) + kQueryOverheadBlocks, for random lengths (zeros included).
+// max(min_units, ceil(total / num_parts)) + kQueryOverheadBlocks, for random lengths (zeros
+// included), with and without a floor of units per part.
 #include "planning/decode_schedule.h"
 
 #include <gtest/gtest.h>
@@ -21,18 +22,20 @@ namespace {
 struct Schedule {
   std::vector<int32_t> blocks;  // [num_queries]
   int32_t num_parts = 0;
+  int64_t min_units = 0;
   std::vector<DecodePartSchedule> parts;
   std::vector<int32_t> split_offsets;
 };
 
-Schedule build(std::vector<int32_t> blocks, int32_t num_parts) {
+Schedule build(std::vector<int32_t> blocks, int32_t num_parts, int64_t min_units = 0) {
   Schedule s;
   s.blocks = std::move(blocks);
   s.num_parts = num_parts;
+  s.min_units = min_units;
   s.parts.resize(num_parts);
   s.split_offsets.resize(s.blocks.size() + 1);
   build_decode_schedule(s.blocks.data(), static_cast<int32_t>(s.blocks.size()), num_parts,
-                        s.parts.data(), s.split_offsets.data());
+                        min_units, s.parts.data(), s.split_offsets.data());
   return s;
 }
 
@@ -50,7 +53,8 @@ void check_schedule(const Schedule& s, const std::string& what) {
 
   int64_t total = 0;
   for (int32_t b : s.blocks) total += query_cost(b);
-  const int64_t bound = (total + s.num_parts - 1) / s.num_parts + kQueryOverheadBlocks;
+  const int64_t bound =
+      std::max(s.min_units, (total + s.num_parts - 1) / s.num_parts) + kQueryOverheadBlocks;
 
   std::vector<std::vector<int>> block_visits(num_queries);
   for (int32_t q = 0; q < num_queries; ++q) block_visits[q].assign(s.blocks[q], 0);
@@ -150,10 +154,15 @@ TEST(DecodeSchedule, RandomLengthsCoverEveryBlockOnceWithinBalance) {
     const bool per_token = trial % 2 == 0, extra = trial % 3 == 0;
     const int block_tokens = trial % 4 == 0 ? 16 : 64;
     const int32_t num_parts = part_counts[trial % 7];
-    Schedule s = build(random_blocks(rng, b, s_q, per_token, extra, block_tokens), num_parts);
+    // Every third trial has a floor of units per part, up to 64 (decode_part_count.h's search).
+    const int64_t min_units =
+        trial % 3 == 1 ? std::uniform_int_distribution<int64_t>(1, 64)(rng) : 0;
+    Schedule s =
+        build(random_blocks(rng, b, s_q, per_token, extra, block_tokens), num_parts, min_units);
     check_schedule(s, "trial " + std::to_string(trial) + ": b=" + std::to_string(b) +
                           " s_q=" + std::to_string(s_q) + " parts=" + std::to_string(num_parts) +
-                          (extra ? " extra" : "") + (per_token ? " per-token" : ""));
+                          " min_units=" + std::to_string(min_units) + (extra ? " extra" : "") +
+                          (per_token ? " per-token" : ""));
     if (testing::Test::HasFatalFailure()) return;
   }
 }
@@ -188,6 +197,34 @@ TEST(DecodeSchedule, QueriesThatFitAPartAreNotSplit) {
   for (int32_t p = 0; p < 4; ++p) {
     EXPECT_EQ(s.parts[p].begin_query, p);
     EXPECT_EQ(s.parts[p].end_query, p);
+  }
+}
+
+TEST(DecodeSchedule, FloorOfUnitsKeepsPartsWhereFullListsPutThem) {
+  // 64 queries of 10 blocks (V4, 64-key blocks), 192 parts of >= 5 units: every query is one
+  // overhead-only part and two parts of 5 blocks (decode_part_count.h).
+  Schedule full = build(std::vector<int32_t>(64, 10), 192, 5);
+  check_schedule(full, "64 full queries, 192 parts of >= 5 units");
+  for (int32_t p = 0; p < 192; ++p) {
+    const DecodePartSchedule& part = full.parts[p];
+    if (p % 3 == 0) {
+      EXPECT_LT(part.end_query, part.begin_query) << "part " << p << " should be empty";
+      continue;
+    }
+    EXPECT_EQ(part.begin_query, p / 3) << "part " << p;
+    EXPECT_EQ(part.end_query, p / 3) << "part " << p;
+    EXPECT_EQ(part.end_block - part.begin_block, 5) << "part " << p;
+  }
+  // Half-length lists keep the 5-unit parts: no part holds more than 5 blocks, and the parts past
+  // the work stay empty instead of taking smaller shares.
+  Schedule half = build(std::vector<int32_t>(64, 5), 192, 5);
+  check_schedule(half, "64 half queries, 192 parts of >= 5 units");
+  for (int32_t p = 0; p < 192; ++p) {
+    const DecodePartSchedule& part = half.parts[p];
+    if (part.end_query < part.begin_query) continue;
+    EXPECT_EQ(part.begin_query, part.end_query) << "part " << p;
+    EXPECT_EQ(part.end_block - part.begin_block, 5) << "part " << p;
+    EXPECT_LT(p, 128) << "part " << p << " lies past the work";
   }
 }
 

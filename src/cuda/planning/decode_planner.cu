@@ -28,6 +28,7 @@ struct PlannerArgs {
   int64_t s_q;
   int32_t num_queries;
   int32_t num_parts;
+  int64_t min_units;  // decode_schedule_builder.h's floor of units per part (0 = none)
   int32_t block_tokens;
   DecodePartSchedule* parts;  // [num_parts]
   int32_t* split_offsets;     // [num_queries + 1]
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(kPlannerThreads) decode_planner_kernel(Planner
   }
   int64_t total_cost;
   block_exclusive_scan(cost, &total_cost, cost_sums);  // also orders the empty_part() stores
-  const int64_t units = planning::units_per_part(total_cost, a.num_parts);
+  const int64_t units = planning::units_per_part(total_cost, a.num_parts, a.min_units);
 
   if (threadIdx.x == 0) a.split_offsets[0] = 0;
   int64_t cost_carry = 0;
@@ -115,13 +116,14 @@ __global__ void __launch_bounds__(kPlannerThreads) decode_planner_kernel(Planner
 
 }  // namespace
 
-Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int block_tokens,
-                             void* workspace, cudaStream_t stream) {
+Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int64_t min_units,
+                             int block_tokens, void* workspace, cudaStream_t stream) {
   const int64_t num_queries = p.problem.b * p.problem.s_q;
-  if (num_parts < 1 || block_tokens < 1) {
-    return {StatusCode::kInternal,
-            "launch_decode_planner: num_parts = " + std::to_string(num_parts) +
-                ", block_tokens = " + std::to_string(block_tokens) + " must be >= 1"};
+  if (num_parts < 1 || block_tokens < 1 || min_units < 0) {
+    return {StatusCode::kInternal, "launch_decode_planner: num_parts = " +
+                                       std::to_string(num_parts) + ", block_tokens = " +
+                                       std::to_string(block_tokens) + " must be >= 1, min_units = " +
+                                       std::to_string(min_units) + " >= 0"};
   }
   if (num_queries > INT32_MAX - 1) {
     return unsupported("sparse_decode planner: b * s_q = " + std::to_string(num_queries) +
@@ -138,6 +140,7 @@ Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int b
   args.s_q = p.problem.s_q;
   args.num_queries = static_cast<int32_t>(num_queries);
   args.num_parts = num_parts;
+  args.min_units = min_units;
   args.block_tokens = block_tokens;
   args.parts = ws.parts;
   args.split_offsets = ws.split_offsets;

@@ -5,16 +5,19 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "core/params.h"
 #include "sparse_mla/status.h"
 
 namespace sparse_mla::cuda {
 
 // Builds the schedule of `p` (b*s_q queries; main list plus, with p.has_extra, the extra list;
-// lengths per request [b] or per token [b, s_q], clamped to [0, topk]) for `num_parts` parts of
+// lengths per request [b] or per token [b, s_q], clamped to [0, topk]) for `num_parts` parts of at
+// least `min_units` cost-line units (0: no floor; planning/decode_part_count.h) and
 // `block_tokens`-slot blocks. `workspace` is laid out by decode_workspace_layout(b*s_q, num_parts,
 // h_q, d_v); only its parts and split_offsets regions are written.
-Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int block_tokens,
-                             void* workspace, cudaStream_t stream);
+Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int64_t min_units,
+                             int block_tokens, void* workspace, cudaStream_t stream);
 
 }  // namespace sparse_mla::cuda

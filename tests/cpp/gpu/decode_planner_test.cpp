@@ -91,7 +91,7 @@ detail::IndexListParams list_params(const ListCase& list) {
 }
 
 void run_case(std::mt19937& rng, int64_t b, int64_t s_q, bool extra, int num_parts,
-              int block_tokens, const std::string& what) {
+              int64_t min_units, int block_tokens, const std::string& what) {
   SCOPED_TRACE(what);
   ListCase main_list, extra_list;
   const int main_kind = std::uniform_int_distribution<int>(0, 2)(rng);
@@ -119,7 +119,8 @@ void run_case(std::mt19937& rng, int64_t b, int64_t s_q, bool extra, int num_par
   // 0xAB everywhere: a part record the planner forgets cannot pass as an empty part.
   SMLA_ASSERT_OK(fill_bytes(workspace.data(), kGpu, 0xAB, layout.total_bytes));
   SMLA_ASSERT_OK(
-      cuda::launch_decode_planner(params, num_parts, block_tokens, workspace.data(), nullptr));
+      cuda::launch_decode_planner(params, num_parts, min_units, block_tokens, workspace.data(),
+                                  nullptr));
   SMLA_ASSERT_OK(synchronize(kGpu));
 
   std::vector<DecodePartSchedule> got_parts;
@@ -138,7 +139,7 @@ void run_case(std::mt19937& rng, int64_t b, int64_t s_q, bool extra, int num_par
   std::vector<DecodePartSchedule> want_parts(num_parts);
   std::vector<int32_t> want_offsets(num_queries + 1);
   planning::build_decode_schedule(blocks.data(), static_cast<int32_t>(num_queries), num_parts,
-                                  want_parts.data(), want_offsets.data());
+                                  min_units, want_parts.data(), want_offsets.data());
 
   ASSERT_EQ(got_offsets, want_offsets);
   for (int p = 0; p < num_parts; ++p) {
@@ -164,10 +165,13 @@ TEST(DecodePlannerGpu, MatchesHostScheduleForRandomLengths) {
     const bool extra = trial % 2 == 1;
     const int num_parts = part_counts[trial % 5];
     const int block_tokens = trial % 3 == 0 ? 16 : 64;
-    run_case(rng, b, s_q, extra, num_parts, block_tokens,
+    // Every fourth trial has a floor of units per part (planning/decode_part_count.h).
+    const int64_t min_units =
+        trial % 4 == 3 ? std::uniform_int_distribution<int64_t>(1, 64)(rng) : 0;
+    run_case(rng, b, s_q, extra, num_parts, min_units, block_tokens,
              "trial " + std::to_string(trial) + ": b=" + std::to_string(b) +
                  " s_q=" + std::to_string(s_q) + " parts=" + std::to_string(num_parts) +
-                 (extra ? " extra" : ""));
+                 " min_units=" + std::to_string(min_units) + (extra ? " extra" : ""));
     if (HasFatalFailure()) return;
   }
 }
@@ -181,7 +185,7 @@ TEST(DecodePlannerGpu, RefusesZeroParts) {
   params.list.topk = 64;
   Buffer workspace;
   SMLA_ASSERT_OK(Buffer::allocate(kGpu, 4096, &workspace));
-  Status status = cuda::launch_decode_planner(params, 0, 64, workspace.data(), nullptr);
+  Status status = cuda::launch_decode_planner(params, 0, 0, 64, workspace.data(), nullptr);
   EXPECT_FALSE(status.ok());
   EXPECT_NE(status.message().find("num_parts = 0"), std::string::npos) << status.message();
 }

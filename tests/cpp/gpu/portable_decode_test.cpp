@@ -255,6 +255,54 @@ TEST_P(PortableDecode, LongListsSplit) {
   check_case(r);
 }
 
+// Few queries of short lists on one-CTA-per-SM tiles (32 and 64 heads, and 128 paired): the part
+// count follows the lists' bound and parts have a floor of units (planning/decode_part_count.h),
+// with valid lengths shorter than the bound (topk_length, empty queries), so parts past the work
+// stay empty. V4's lists (512 + 128 slots) at b = 64 (36 heads: the 64-row tile) and b = 12, and
+// V3.2's 2048 at b = 2, s_q = 2.
+TEST_P(PortableDecode, PartsSizedForFullLists) {
+  SMLA_SKIP_WITHOUT_GPU();
+  DeviceInfo device;
+  SMLA_ASSERT_OK(get_device_info(kGpu.index, &device));
+  struct Shape {
+    int64_t b, s_q, h_q, topk, extra_topk;
+  };
+  for (Shape sh : {Shape{64, 1, 36, 512, 128}, Shape{12, 1, 32, 512, 128},
+                   Shape{2, 2, 128, 2048, 0}}) {
+    verify::DecodeRecipe r = base();
+    r.b = sh.b;
+    r.s_q = sh.s_q;
+    r.h_q = sh.h_q;
+    r.topk = sh.topk;
+    r.extra_cache = sh.extra_topk > 0;
+    r.extra_topk = sh.extra_topk;
+    r.extra_page_block_size = 256;
+    r.seed = 7 * sh.b + sh.h_q;
+    check_case(r);
+    // Full lists too (no topk_length, no empty queries): every part holds what the rule laid out.
+    r.topk_length = false;
+    r.extra_topk_length = false;
+    r.empty_queries = false;
+    check_case(r);
+    // On the H200 (132 SMs, one 64-key tile per SM) the rule picks floors for these shapes
+    // (decode_part_count_test.cpp); other devices may keep the plain count.
+    if (device.sm_count == 132 && device.cc_major == 9 && r.format != KvCacheFormat::kBf16 &&
+        std::getenv("SMLA_DECODE_NUM_PARTS") == nullptr &&
+        std::getenv("SMLA_DECODE_BLOCK_KEYS") == nullptr &&
+        std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS") == nullptr) {
+      verify::DecodeCase c;
+      SMLA_ASSERT_OK(verify::make_decode_case(r, &c));
+      SparseDecodeProblem problem = c.problem;
+      problem.device = kGpu;
+      RunOptions options;
+      options.backend = Backend::kCuda;
+      DecodePlan plan;
+      SMLA_ASSERT_OK(plan_sparse_decode(problem, &plan, options));
+      EXPECT_NE(plan.reason.find("sized for full lists"), std::string::npos) << plan.reason;
+    }
+  }
+}
+
 // A cache past 2^31 bytes (2.25 GiB of 64-token pages, whatever the format's block stride):
 // page * block_stride and slot offsets must be 64-bit in the kernels. The indices are drawn
 // over all slots, so most rows live past the 2 GiB mark. 16 heads (compact tile) and 128 heads.

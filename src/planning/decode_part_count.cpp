@@ -1,0 +1,62 @@
+#include "planning/decode_part_count.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "planning/decode_schedule.h"
+
+namespace sparse_mla::planning {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int64_t estimated_part_cost(int64_t num_queries, int64_t bound_blocks, int32_t resident_slots,
+                            int64_t units) {
+  const int64_t query_units = kQueryOverheadBlocks + bound_blocks;
+  const int64_t num_parts = ceil_div(num_queries * query_units, units);
+  std::vector<int64_t> blocks(num_parts, 0), pieces(num_parts, 0);
+  for (int64_t q = 0; q < num_queries; ++q) {
+    const int64_t begin = q * query_units + kQueryOverheadBlocks;  // block 0 on the cost line
+    const int64_t end = begin + bound_blocks;
+    for (int64_t p = begin / units; p * units < end; ++p) {
+      blocks[p] += std::min(end, (p + 1) * units) - std::max(begin, p * units);
+      pieces[p] += 1;
+    }
+  }
+  int64_t working = 0, slowest = 0;
+  for (int64_t p = 0; p < num_parts; ++p) {
+    if (blocks[p] == 0) continue;
+    ++working;
+    slowest = std::max(slowest, blocks[p] + kPieceCostBlocks * pieces[p]);
+  }
+  return ceil_div(working, resident_slots) * slowest;
+}
+
+DecodePartCount choose_decode_part_count(int64_t num_queries, int64_t bound_blocks,
+                                         int32_t resident_slots) {
+  const DecodePartCount plain{resident_slots, 0};
+  if (num_queries < 1 || bound_blocks < 1 || resident_slots < 1 || num_queries >= resident_slots) {
+    return plain;
+  }
+  const int64_t total = num_queries * (kQueryOverheadBlocks + bound_blocks);
+  const int64_t plain_units = ceil_div(total, resident_slots);
+  if (plain_units > kMaxSearchedUnits) return plain;
+  int64_t best_units = plain_units;
+  int64_t best_cost = estimated_part_cost(num_queries, bound_blocks, resident_slots, plain_units);
+  // Larger P first, so a tie keeps the fewer parts. At most 4x the resident slots: a candidate
+  // with more parts than that is more than 4 waves of working parts or mostly empty parts.
+  for (int64_t units = plain_units - 1; units >= 1; --units) {
+    if (ceil_div(total, units) > 4 * static_cast<int64_t>(resident_slots)) break;
+    const int64_t cost = estimated_part_cost(num_queries, bound_blocks, resident_slots, units);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best_units = units;
+    }
+  }
+  if (best_units == plain_units) return plain;
+  return {static_cast<int32_t>(ceil_div(total, best_units)), best_units};
+}
+
+}  // namespace sparse_mla::planning

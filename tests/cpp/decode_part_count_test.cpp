@@ -1,0 +1,117 @@
+// Host tests of the decode part-count rule (planning/decode_part_count.h): the rows it was
+// measured on, when it keeps the plain count, and, for random shapes, that the schedule the
+// chosen count and floor build from full lists (decode_schedule_builder.h) is the one the
+// estimate laid out, and never slower by the estimate than the plain count.
+#include "planning/decode_part_count.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "planning/decode_schedule.h"
+#include "planning/decode_schedule_builder.h"
+
+namespace sparse_mla::planning {
+namespace {
+
+int64_t plain_units(int64_t num_queries, int64_t bound_blocks, int32_t slots) {
+  const int64_t total = num_queries * (kQueryOverheadBlocks + bound_blocks);
+  return (total + slots - 1) / slots;
+}
+
+// The estimate recomputed from the schedule build_decode_schedule writes for full lists:
+// waves of working parts times the slowest part (its blocks + kPieceCostBlocks per piece).
+int64_t cost_of_built_schedule(int64_t num_queries, int64_t bound_blocks, int32_t slots,
+                               const DecodePartCount& count, int64_t* most_blocks) {
+  std::vector<int32_t> blocks(num_queries, static_cast<int32_t>(bound_blocks));
+  std::vector<DecodePartSchedule> parts(count.num_parts);
+  std::vector<int32_t> split_offsets(num_queries + 1);
+  build_decode_schedule(blocks.data(), static_cast<int32_t>(num_queries), count.num_parts,
+                        count.min_units, parts.data(), split_offsets.data());
+  int64_t working = 0, slowest = 0;
+  *most_blocks = 0;
+  for (const DecodePartSchedule& part : parts) {
+    if (part.end_query < part.begin_query) continue;
+    int64_t part_blocks = 0, pieces = 0;
+    for (int32_t q = part.begin_query; q <= part.end_query; ++q) {
+      const int32_t first = q == part.begin_query ? part.begin_block : 0;
+      const int32_t end = q == part.end_query ? part.end_block : blocks[q];
+      part_blocks += end - first;
+      pieces += end > first;
+    }
+    if (part_blocks == 0) continue;
+    ++working;
+    slowest = std::max(slowest, part_blocks + kPieceCostBlocks * pieces);
+    *most_blocks = std::max(*most_blocks, part_blocks);
+  }
+  return (working + slots - 1) / slots * slowest;
+}
+
+TEST(DecodePartCount, MeasuredV4Rows) {
+  // V4 flash lists (128 + 512 slots) in 64-key blocks: 10 blocks per query, one CTA per SM on
+  // 132 SMs (benchmarks/results/exp-decode-num-parts-2026-11-30/).
+  const DecodePartCount b64 = choose_decode_part_count(64, 10, 132);
+  EXPECT_EQ(b64.num_parts, 192);  // measured 0.74x / 0.78x at 32 / 64 heads with 198 parts
+  EXPECT_EQ(b64.min_units, 5);
+  const DecodePartCount b12 = choose_decode_part_count(12, 10, 132);
+  EXPECT_EQ(b12.num_parts, 180);  // 1 block per part; 198-396 parts measured 0.89x / 0.96x
+  EXPECT_EQ(b12.min_units, 1);
+  // b = 128: the plain 15-unit parts hold one whole query each (measured best).
+  const DecodePartCount b128 = choose_decode_part_count(128, 10, 132);
+  EXPECT_EQ(b128.num_parts, 132);
+  EXPECT_EQ(b128.min_units, 0);
+}
+
+TEST(DecodePartCount, KeepsThePlainCountWhereItHasNothingToGain) {
+  const DecodePartCount plain{132, 0};
+  auto same = [&](const DecodePartCount& c) {
+    return c.num_parts == plain.num_parts && c.min_units == plain.min_units;
+  };
+  EXPECT_TRUE(same(choose_decode_part_count(132, 10, 132)));  // a query or more per part
+  EXPECT_TRUE(same(choose_decode_part_count(500, 3, 132)));
+  EXPECT_TRUE(same(choose_decode_part_count(1, 10, 132)));    // 1 unit per part already
+  EXPECT_TRUE(same(choose_decode_part_count(64, 256, 132)));  // 127 units: past the search
+  EXPECT_TRUE(same(choose_decode_part_count(0, 10, 132)));
+  EXPECT_TRUE(same(choose_decode_part_count(5, 0, 132)));     // no blocks
+}
+
+TEST(DecodePartCount, RandomShapesBuildTheEstimatedScheduleAndNeverLose) {
+  std::mt19937 rng(20261130);
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int32_t slots = std::uniform_int_distribution<int32_t>(1, 400)(rng);
+    const int64_t num_queries = std::uniform_int_distribution<int64_t>(1, slots)(rng);
+    const int64_t bound_blocks = std::uniform_int_distribution<int64_t>(1, 80)(rng);
+    const std::string what = "trial " + std::to_string(trial) + ": queries " +
+                             std::to_string(num_queries) + ", blocks " +
+                             std::to_string(bound_blocks) + ", slots " + std::to_string(slots);
+    SCOPED_TRACE(what);
+    const DecodePartCount chosen = choose_decode_part_count(num_queries, bound_blocks, slots);
+    const int64_t plain = plain_units(num_queries, bound_blocks, slots);
+    ASSERT_GE(chosen.num_parts, 1);
+    ASSERT_LE(chosen.num_parts, 4 * slots);
+    int64_t most_blocks = 0;
+    const int64_t chosen_cost =
+        cost_of_built_schedule(num_queries, bound_blocks, slots, chosen, &most_blocks);
+    int64_t plain_most = 0;
+    const int64_t plain_cost = cost_of_built_schedule(num_queries, bound_blocks, slots,
+                                                      DecodePartCount{slots, 0}, &plain_most);
+    EXPECT_EQ(plain_cost, estimated_part_cost(num_queries, bound_blocks, slots, plain));
+    if (chosen.min_units == 0) {
+      EXPECT_EQ(chosen.num_parts, slots);
+      continue;
+    }
+    EXPECT_LT(chosen.min_units, plain);
+    EXPECT_LE(most_blocks, chosen.min_units);
+    EXPECT_EQ(chosen_cost,
+              estimated_part_cost(num_queries, bound_blocks, slots, chosen.min_units));
+    EXPECT_LT(chosen_cost, plain_cost);
+    if (HasFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace sparse_mla::planning
