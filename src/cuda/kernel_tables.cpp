@@ -302,8 +302,7 @@ int paired_clusters(const SparseDecodeProblem& problem, const DecodeEntry& entry
 // planning::choose_decode_part_count, remembered per (queries, bound blocks, slots): the search
 // takes up to ~40 µs of host time (121 queries of 59 blocks on 132 slots), and the PyTorch
 // package plans every layer's call. A map of at most kMaxRemembered shapes, cleared when full.
-planning::DecodePartCount part_count_of(int64_t num_queries, int64_t bound_blocks,
-                                        int32_t slots) {
+planning::DecodePartCount part_count_of(int64_t num_queries, int64_t bound_blocks, int32_t slots) {
   constexpr size_t kMaxRemembered = 4096;
   static std::mutex mutex;
   static std::map<std::tuple<int64_t, int64_t, int32_t>, planning::DecodePartCount> remembered;
@@ -374,19 +373,19 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
       planning::decode_workspace_layout(num_queries, shape.num_parts, problem.h_q, 512);
   plan->num_sm_parts = shape.num_parts;
   plan->workspace_bytes = static_cast<size_t>(layout.total_bytes);
-  plan->reason = "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
-                 std::to_string(shape.head_groups) + " head groups of " +
-                 std::to_string(entry->rows) + " rows x " + std::to_string(entry->block_keys) +
-                 "-key blocks" +
-                 (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
-                                            " units: sized for full lists)"
-                                      : "") +
-                 " = " +
-                 (shape.clusters > 0 ? std::to_string(shape.clusters) +
-                                           " resident 2-CTA clusters (the head groups share each "
-                                           "block's gather and dequantisation)"
-                                     : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
-                 " on " + std::to_string(limits.sm_count) + " SMs";
+  plan->reason =
+      "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
+      std::to_string(shape.head_groups) + " head groups of " + std::to_string(entry->rows) +
+      " rows x " + std::to_string(entry->block_keys) + "-key blocks" +
+      (shape.min_units > 0
+           ? " (parts of >= " + std::to_string(shape.min_units) + " units: sized for full lists)"
+           : "") +
+      " = " +
+      (shape.clusters > 0 ? std::to_string(shape.clusters) +
+                                " resident 2-CTA clusters (the head groups share each "
+                                "block's gather and dequantisation)"
+                          : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
+      " on " + std::to_string(limits.sm_count) + " SMs";
   return {};
 }
 

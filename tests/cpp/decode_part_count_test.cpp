@@ -76,7 +76,7 @@ TEST(DecodePartCount, KeepsThePlainCountWhereItHasNothingToGain) {
   EXPECT_TRUE(same(choose_decode_part_count(1, 10, 132)));    // 1 unit per part already
   EXPECT_TRUE(same(choose_decode_part_count(64, 256, 132)));  // 127 units: past the search
   EXPECT_TRUE(same(choose_decode_part_count(0, 10, 132)));
-  EXPECT_TRUE(same(choose_decode_part_count(5, 0, 132)));     // no blocks
+  EXPECT_TRUE(same(choose_decode_part_count(5, 0, 132)));  // no blocks
 }
 
 TEST(DecodePartCount, RandomShapesBuildTheEstimatedScheduleAndNeverLose) {
@@ -106,8 +106,7 @@ TEST(DecodePartCount, RandomShapesBuildTheEstimatedScheduleAndNeverLose) {
     }
     EXPECT_LT(chosen.min_units, plain);
     EXPECT_LE(most_blocks, chosen.min_units);
-    EXPECT_EQ(chosen_cost,
-              estimated_part_cost(num_queries, bound_blocks, slots, chosen.min_units));
+    EXPECT_EQ(chosen_cost, estimated_part_cost(num_queries, bound_blocks, slots, chosen.min_units));
     EXPECT_LT(chosen_cost, plain_cost);
     if (HasFailure()) return;
   }

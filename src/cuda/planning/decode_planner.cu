@@ -120,10 +120,10 @@ Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int64
                              int block_tokens, void* workspace, cudaStream_t stream) {
   const int64_t num_queries = p.problem.b * p.problem.s_q;
   if (num_parts < 1 || block_tokens < 1 || min_units < 0) {
-    return {StatusCode::kInternal, "launch_decode_planner: num_parts = " +
-                                       std::to_string(num_parts) + ", block_tokens = " +
-                                       std::to_string(block_tokens) + " must be >= 1, min_units = " +
-                                       std::to_string(min_units) + " >= 0"};
+    return {StatusCode::kInternal,
+            "launch_decode_planner: num_parts = " + std::to_string(num_parts) +
+                " and block_tokens = " + std::to_string(block_tokens) +
+                " must be >= 1, min_units = " + std::to_string(min_units) + " must be >= 0"};
   }
   if (num_queries > INT32_MAX - 1) {
     return unsupported("sparse_decode planner: b * s_q = " + std::to_string(num_queries) +

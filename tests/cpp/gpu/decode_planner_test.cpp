@@ -118,9 +118,8 @@ void run_case(std::mt19937& rng, int64_t b, int64_t s_q, bool extra, int num_par
   SMLA_ASSERT_OK(Buffer::allocate(kGpu, layout.total_bytes, &workspace));
   // 0xAB everywhere: a part record the planner forgets cannot pass as an empty part.
   SMLA_ASSERT_OK(fill_bytes(workspace.data(), kGpu, 0xAB, layout.total_bytes));
-  SMLA_ASSERT_OK(
-      cuda::launch_decode_planner(params, num_parts, min_units, block_tokens, workspace.data(),
-                                  nullptr));
+  SMLA_ASSERT_OK(cuda::launch_decode_planner(params, num_parts, min_units, block_tokens,
+                                             workspace.data(), nullptr));
   SMLA_ASSERT_OK(synchronize(kGpu));
 
   std::vector<DecodePartSchedule> got_parts;
