@@ -286,7 +286,7 @@ int ctas_per_sm_of(const DecodeEntry* entry, int device) {
 }
 
 int head_groups_of(const SparseDecodeProblem& problem, const DecodeEntry& entry) {
-  return static_cast<int>((problem.h_q + entry.rows - 1) / entry.rows);
+  return pd::decode_head_groups(problem.h_q, entry.rows);
 }
 
 // Resident clusters when this problem's launch is paired, else 0 (plan and run both ask this).

@@ -43,6 +43,10 @@ struct CombineTiling {
   static constexpr int kHeadsPerCta = kThreads / 32 / kColumnSlices;
   static constexpr int kPiecesPerChunk = kColumnSlices == 1 ? 4 : 8;
   static_assert(kColumnSlices == 1 || kColumnSlices == 4);
+  // The grid's y extent: CTAs per query, ceil(h_q / kHeadsPerCta).
+  static constexpr int64_t head_ctas(int64_t h_q) {
+    return (h_q + kHeadsPerCta - 1) / kHeadsPerCta;
+  }
 };
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -196,8 +200,7 @@ constexpr int64_t kSmallGridCtas = 64;
 
 int column_slices_for(int64_t num_queries, int64_t h_q) {
   if (const std::optional<int> forced = cuda_knobs().combine_column_slices.value) return *forced;
-  const int64_t one_slice_ctas =
-      num_queries * ((h_q + CombineTiling<1>::kHeadsPerCta - 1) / CombineTiling<1>::kHeadsPerCta);
+  const int64_t one_slice_ctas = num_queries * CombineTiling<1>::head_ctas(h_q);
   return one_slice_ctas <= kSmallGridCtas ? 4 : 1;
 }
 
@@ -218,8 +221,7 @@ Status launch_combine_grid(const CombineArgs& args, bool vector_store, int64_t n
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(num_queries),
-                        static_cast<unsigned>((args.h_q + Tiling::kHeadsPerCta - 1) /
-                                              Tiling::kHeadsPerCta));
+                        static_cast<unsigned>(Tiling::head_ctas(args.h_q)));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = 0;
   config.stream = stream;

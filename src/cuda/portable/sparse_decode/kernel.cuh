@@ -478,7 +478,7 @@ Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t st
         pair_launch_config(launch.num_parts, Shape::kThreads, smem, stream, &cluster);
     SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, launch));
   } else {
-    const int head_groups = static_cast<int>((launch.p.problem.h_q + kRows - 1) / kRows);
+    const int head_groups = decode_head_groups(launch.p.problem.h_q, kRows);
     const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
     kernel<<<grid, Shape::kThreads, smem, stream>>>(launch);
   }

@@ -16,6 +16,11 @@ namespace sparse_mla::cuda::portable_decode {
 // Head rows per CTA for h_q heads: 16, 32 or 64 (h_q > 64: ceil(h_q / 64) head groups).
 inline int decode_rows_for(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
 
+// Head-group CTAs per part of an unpaired launch (the grid's y): ceil(h_q / rows).
+inline int decode_head_groups(int64_t h_q, int rows) {
+  return static_cast<int>((h_q + rows - 1) / rows);
+}
+
 // One split-kernel launch: the call's arguments plus the schedule in the workspace.
 struct DecodeLaunch {
   detail::DecodeParams p;
