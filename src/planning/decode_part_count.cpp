@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "planning/decode_schedule.h"
+#include "planning/decode_schedule_builder.h"
 
 namespace sparse_mla::planning {
 namespace {
@@ -18,10 +19,12 @@ int64_t estimated_part_cost(int64_t num_queries, int64_t bound_blocks, int32_t r
   const int64_t num_parts = ceil_div(num_queries * query_units, units);
   std::vector<int64_t> blocks(num_parts, 0), pieces(num_parts, 0);
   for (int64_t q = 0; q < num_queries; ++q) {
-    const int64_t begin = q * query_units + kQueryOverheadBlocks;  // block 0 on the cost line
-    const int64_t end = begin + bound_blocks;
-    for (int64_t p = begin / units; p * units < end; ++p) {
-      blocks[p] += std::min(end, (p + 1) * units) - std::max(begin, p * units);
+    // The builder's placement of a full query (bound_blocks >= 1: no empty-query special case).
+    const QueryPieces placed =
+        query_pieces(q * query_units, static_cast<int32_t>(bound_blocks), units);
+    const int64_t end = placed.block0_position + bound_blocks;
+    for (int64_t p = placed.first_part; p <= placed.last_part; ++p) {
+      blocks[p] += std::min(end, (p + 1) * units) - std::max(placed.block0_position, p * units);
       pieces[p] += 1;
     }
   }
