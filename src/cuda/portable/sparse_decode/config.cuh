@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/portable/common/tile_shape.cuh"
@@ -18,17 +19,46 @@ namespace sparse_mla::cuda::portable_decode {
 template <int kRows>
 inline constexpr int kDecodeWarps = kRows == 16 ? 4 : 8;
 
-// kBlockKeys 64: the standard tile (one CTA per SM on sm_90). 32: the compact tile, half the KV
-// shared memory: 2-3 CTAs per SM with 16 rows on sm_90 (their fixed per-block latencies overlap),
-// and the configurations that fit the smaller shared memory of sm_80 / sm_86 / sm_89.
-template <int kDqk, int kRows, int kBlockKeys = 64>
-using DecodeShape = TileShape<kDqk, kRows, kDecodeWarps<kRows>, kBlockKeys>;
+// The 16-row x 32-key tile: 8 warps on one m16 tile, Q's fragments in registers
+// (register_q_core.cuh). Members as TileShape's where the kernel's load, dequantisation and
+// shared-memory plan read them.
+template <int kDqkValue>
+struct RegisterQShape {
+  static constexpr int kDqk = kDqkValue;
+  static constexpr int kDv = 512;
+  static constexpr int kRows = 16;
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockKeys = 32;
+  static constexpr int kRowGroups = 1;  // one 16-row group: barriers after the scores are CTA-wide
+  static constexpr int kKeyGroups = 4;  // 8-key groups of a block: slots of the row statistics
+  static constexpr int kChunksPerRow = kDqk / 8;
+  static constexpr int kPanels = kDqk / 64;
+  static constexpr int kQBytes = kRows * kDqk * 2;
+  static constexpr int kKvTileBytes = kBlockKeys * kDqk * 2;
+  static constexpr int kPBytes = kRows * 64 * 2;
+  static_assert(kDqk == 576 || kDqk == 512, "d_qk must be 576 or 512");
+};
 
-// Resident CTAs per SM the register budget is built for (__launch_bounds__): 3 for the compact
-// 16-row tile (<= 170 registers at 128 threads; its shared memory allows 3 on sm_90 for both FP8
-// formats, see kDirectTail, 2 for bf16 caches), else 1.
 template <class Shape>
-inline constexpr int kDecodeMinCtas = Shape::kBlockKeys == 32 && Shape::kRows == 16 ? 3 : 1;
+inline constexpr bool kIsRegisterQShape = false;
+template <int kDqk>
+inline constexpr bool kIsRegisterQShape<RegisterQShape<kDqk>> = true;
+
+// kBlockKeys 64: the standard tile (one CTA per SM on sm_90). 32: the compact tile, half the KV
+// shared memory: 2 CTAs per SM with 16 rows on sm_90 (their fixed per-block latencies overlap),
+// and the configurations that fit the smaller shared memory of sm_80 / sm_86 / sm_89. 16 rows x
+// 32 keys is the register-Q tile; every other tile is the prefill's TileShape.
+template <int kDqk, int kRows, int kBlockKeys = 64>
+using DecodeShape =
+    std::conditional_t<kRows == 16 && kBlockKeys == 32, RegisterQShape<kDqk>,
+                       TileShape<kDqk, kRows, kDecodeWarps<kRows>, kBlockKeys>>;
+
+// Resident CTAs per SM the register budget is built for (__launch_bounds__): 2 for the register-Q
+// tile (<= 128 registers at 256 threads; its shared memory allows 2 on sm_90 for every format and
+// on sm_80 for the FP8 formats), else 1.
+template <class Shape>
+inline constexpr int kDecodeMinCtas = kIsRegisterQShape<Shape> ? 2 : 1;
 
 // Direct tail: the 16-row compact v32_fp8 tile gathers each row's bf16 RoPE tail (the last 128 B
 // of the 656-B row) straight into the bf16 tile instead of through `raw`, once every warp has
@@ -110,14 +140,11 @@ static_assert(sizeof(DecodeSmem<DecodeShape<512, 64>, KvTraits<KvCacheFormat::kV
               kMaxSmemSm90);
 static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>, KvTraits<KvCacheFormat::kBf16, 576>>) <=
               kMaxSmemSm90);
-// 3 CTAs per sm_90 SM for the 16-row compact tiles of both FP8 formats.
+// 2 CTAs per sm_90 SM for the register-Q tile of every format.
 inline constexpr int kSmemPerSmSm90 = 233472;    // 228 KiB
 inline constexpr int kSmemReservedPerCta = 1024;  // the driver's per-CTA reservation
-static_assert(3 * (sizeof(DecodeSmem<DecodeShape<576, 16, 32>,
-                                     KvTraits<KvCacheFormat::kV32Fp8, 576>>) +
-                   kSmemReservedPerCta) <= kSmemPerSmSm90);
-static_assert(3 * (sizeof(DecodeSmem<DecodeShape<512, 16, 32>,
-                                     KvTraits<KvCacheFormat::kV4Fp8, 512>>) +
+static_assert(2 * (sizeof(DecodeSmem<DecodeShape<576, 16, 32>,
+                                     KvTraits<KvCacheFormat::kBf16, 576>>) +
                    kSmemReservedPerCta) <= kSmemPerSmSm90);
 
 }  // namespace sparse_mla::cuda::portable_decode

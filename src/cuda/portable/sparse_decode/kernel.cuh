@@ -300,11 +300,9 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   // counts the bytes on the peer's mbarrier `peer_half_landed`; a CTA barrier publishes the local
   // half and the mbarrier wait the peer's. (A fenced cluster barrier in that place compiled to
   // MEMBAR.ALL.GPU + ERRBAR + CCTL.IVALL and held ~11 % of the stall samples.)
-  // (Direct-tail tiles still compile the paired path, never taken: decode_pair_clusters returns 0
-  // for them and the host pairs only 64-row tiles. Compiling it out with kCanPairHeadGroups was
-  // tried in session 7: ptxas then spills 4 B at the 168-register cap on sm_90a and sm_80, where
-  // this form spills nothing, so the dead path stays.)
-  constexpr bool kCanPair = Smem::kQuantized;
+  // The register-Q tile (16 x 32) compiles the paired path out: the host pairs only 64-row tiles,
+  // and with the dead path in, ptxas spilled 24 B of v4fp8's at the 128-register cap on sm_90a.
+  constexpr bool kCanPair = Smem::kQuantized && !kIsRegisterQShape<Shape>;
   constexpr uint32_t kHalfTileBytes =
       static_cast<uint32_t>(Shape::kBlockKeys / 2 * Shape::kChunksPerRow * 16);
   const bool paired = kCanPair && launch.pair_head_groups;
@@ -383,6 +381,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
         load_rows(step + 1);
         ptx::cp_async_commit();
       }
+      if (step == 0) Core::begin_piece(sm, w, acc);  // Q landed with the first block's rows
       const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
       Core::process_block(sm, tile, sm.valid[step & 1], scale_log2, w, acc, [&] {
         if constexpr (kDirectTail<Shape, Traits>) {  // every warp is past this block's scores

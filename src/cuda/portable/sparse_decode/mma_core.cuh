@@ -1,15 +1,18 @@
 // The MMA core of the decode split kernel: what one CTA does with a block whose bf16 tile is in
-// shared memory (score, softmax, accumulate) and how it stores a finished piece. Two cores:
+// shared memory (score, softmax, accumulate) and how it stores a finished piece. Three cores:
 //   NarrowCore  the tiling shared with the 16/32-row prefill (common/tile_attention.cuh): warps
 //               of a row group score 16 keys each over all of d_qk (8-key warps: the two of a
 //               pair score 16 keys over half of d_qk each and swap partial sums) and accumulate
-//               128 output columns. Every tile but the 64-row x 64-key one.
+//               128 output columns. The 16 x 64, 32 x 32, 32 x 64 and 64 x 32 tiles.
+//   RegisterQCore  the 16-row x 32-key tile on 8 warps with Q's fragments in registers
+//               (register_q_core.cuh).
 //   WideCore    the 64-row x 64-key tiling of the 64-row prefill (common/wide_tile_attention.cuh):
 //               QK^T split over d_qk in 32x32 warp tiles, P.V in 64-row x 64-column warp tiles,
 //               ~20 % fewer shared-memory bytes per block (the bound of this core on the H200;
 //               docs/kernels/portable_sparse_prefill.md, "Version 2").
-// DecodeCore<Shape> picks one; each names its warp placement (Place, place(thread)) and running
-// state (Accum). Both use only DecodeSmem's q, p and statistics arrays.
+// DecodeCore<Shape> picks one; each names its warp placement (Place, place(thread)), running
+// state (Accum) and what it does when a piece's Q has landed (begin_piece). All use only
+// DecodeSmem's q, p and statistics arrays.
 #pragma once
 
 #include <cmath>
@@ -22,69 +25,18 @@
 #include "cuda/portable/common/wide_tile_attention.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
+#include "cuda/portable/sparse_decode/piece_target.cuh"
+#include "cuda/portable/sparse_decode/register_q_core.cuh"
 
 namespace sparse_mla::cuda::portable_decode {
-
-// Where a finished piece goes. slot < 0: the query is processed whole here: out [b, s_q, h_q, 512]
-// bf16 with the sink, lse natural log (+inf, out 0 without a valid slot). slot >= 0:
-// partial_out [slot, h_q, 512] fp32 normalised by the piece's sum, partial_lse [slot, h_q] log2
-// domain (-inf when empty).
-struct PieceTarget {
-  const DecodeLaunch* launch;
-  int64_t b, s;
-  int32_t slot;
-  int head0;
-};
-
-// Per row: the factor its accumulated O is multiplied by, after writing the row's lse.
-__device__ __forceinline__ float finish_row(const PieceTarget& to, int head, float m, float l,
-                                            bool write_lse) {
-  const detail::DecodeParams& p = to.launch->p;
-  const bool empty = !(l > 0.0f);
-  if (to.slot < 0) {
-    if (write_lse) {
-      p.lse[to.b * p.lse_stride_b + to.s * p.lse_stride_s + head * p.lse_stride_h] =
-          empty ? INFINITY : (m + log2f(l)) * kLn2;
-    }
-    const float* sink = p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
-    return empty ? 0.0f : output_scale(m, l, sink);
-  }
-  if (write_lse) {
-    to.launch->partial_lse[static_cast<int64_t>(to.slot) * p.problem.h_q + head] =
-        empty ? -INFINITY : m + log2f(l);
-  }
-  return empty ? 0.0f : 1.0f / l;
-}
-
-// Columns col .. col + 8 * kTiles (step 8, two per lane: o[n][i0], o[n][i0 + 1]) of one row.
-template <int kTiles>
-__device__ __forceinline__ void store_row(const PieceTarget& to, int head, int col,
-                                          const float (&o)[kTiles][4], int i0, float scale) {
-  const detail::DecodeParams& p = to.launch->p;
-  if (to.slot < 0) {
-    uint16_t* out_row =
-        p.out + to.b * p.out_stride_b + to.s * p.out_stride_s + head * p.out_stride_h + col;
-#pragma unroll
-    for (int n = 0; n < kTiles; ++n) {
-      *reinterpret_cast<uint32_t*>(out_row + 8 * n) =
-          ptx::pack_bf16x2(o[n][i0] * scale, o[n][i0 + 1] * scale);
-    }
-  } else {
-    float* out_row =
-        to.launch->partial_out + (static_cast<int64_t>(to.slot) * p.problem.h_q + head) * 512 + col;
-#pragma unroll
-    for (int n = 0; n < kTiles; ++n) {
-      *reinterpret_cast<float2*>(out_row + 8 * n) =
-          make_float2(o[n][i0] * scale, o[n][i0 + 1] * scale);
-    }
-  }
-}
 
 template <class Shape>
 struct NarrowCore {
   using Place = WarpPlace;
   using Accum = WarpAccum<Shape>;
   __device__ __forceinline__ static Place place(int thread) { return warp_place<Shape>(thread); }
+  template <class Smem>
+  __device__ __forceinline__ static void begin_piece(Smem&, const Place&, Accum&) {}  // Q: smem
   template <class Smem, class AfterScores>
   __device__ __forceinline__ static void process_block(Smem& sm, uint32_t tile,
                                                        const uint8_t* valid, float scale_log2,
@@ -124,6 +76,8 @@ struct WideCore {
   using Place = WidePlace;
   using Accum = WideAccum<Shape>;
   __device__ __forceinline__ static Place place(int thread) { return wide_place(thread); }
+  template <class Smem>
+  __device__ __forceinline__ static void begin_piece(Smem&, const Place&, Accum&) {}  // Q: smem
   static_assert(Shape::kRows == 64 && Shape::kBlockKeys == 64 && Shape::kWarps == 8);
   static_assert(Shape::kKeyGroups * Shape::kRows >= 3 * 64, "red + alpha fit red_max");
 
@@ -183,7 +137,9 @@ struct WideCore {
 };
 
 template <class Shape>
-using DecodeCore = std::conditional_t<Shape::kRows == 64 && Shape::kBlockKeys == 64,
-                                      WideCore<Shape>, NarrowCore<Shape>>;
+using DecodeCore = std::conditional_t<
+    kIsRegisterQShape<Shape>, RegisterQCore<Shape>,
+    std::conditional_t<Shape::kRows == 64 && Shape::kBlockKeys == 64, WideCore<Shape>,
+                       NarrowCore<Shape>>>;
 
 }  // namespace sparse_mla::cuda::portable_decode
