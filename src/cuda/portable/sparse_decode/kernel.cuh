@@ -368,6 +368,8 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
         } else {
           dequantize_block<Shape, Traits>(thread, sm);
         }
+      } else if constexpr (Smem::kQuantized) {
+        dequantize_block<Shape, Traits>(thread, sm);
       }
       if (has_next) {
         stage_block_rows<Shape, Traits>(p, lists, block + 1, step + 1, thread, next_index, sm);
