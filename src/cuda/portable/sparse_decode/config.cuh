@@ -69,7 +69,8 @@ inline constexpr int kDecodeMinCtas = kIsRegisterQShape<Shape> ? 2 : 1;
 // is gathered, must be CTA-wide. Never paired (kCanPairHeadGroups).
 template <class Shape, class Traits>
 inline constexpr bool kDirectTail = Traits::kQuantDims > 0 && Traits::kScalesInRow &&
-                                    Shape::kBlockKeys == 32 && Shape::kRowGroups == 1;
+                                    Shape::kBlockKeys == 32 && Shape::kRowGroups == 1 &&
+                                    !kIsRegisterQShape<Shape>;
 
 // Quantized caches: raw token bytes are gathered (cp.async) into `raw` while the previous block
 // is being multiplied, then dequantised into the single bf16 tile. bf16 caches: rows go straight
