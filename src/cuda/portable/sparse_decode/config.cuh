@@ -60,53 +60,32 @@ using DecodeShape =
 template <class Shape>
 inline constexpr int kDecodeMinCtas = kIsRegisterQShape<Shape> ? 2 : 1;
 
-// Direct tail: the 16-row compact v32_fp8 tile gathers each row's bf16 RoPE tail (the last 128 B
-// of the 656-B row) straight into the bf16 tile instead of through `raw`, once every warp has
-// finished the previous block's scores (only QK^T reads those 64 dims; P.V reads the first 512).
-// `raw` shrinks by 32 x 128 B and the CTA from 79,872 to 75,776 B of shared memory, so 3 CTAs
-// fit an sm_90 SM instead of 2 (3 x (75,776 + 1,024 reserved) <= 233,472), as 3 already did for
-// v4_fp8 (71,680 B). Needs one row group: the softmax's row-group barrier, after which the tail
-// is gathered, must be CTA-wide. Never paired (kCanPairHeadGroups).
-template <class Shape, class Traits>
-inline constexpr bool kDirectTail = Traits::kQuantDims > 0 && Traits::kScalesInRow &&
-                                    Shape::kBlockKeys == 32 && Shape::kRowGroups == 1 &&
-                                    !kIsRegisterQShape<Shape>;
-
 // Quantized caches: raw token bytes are gathered (cp.async) into `raw` while the previous block
 // is being multiplied, then dequantised into the single bf16 tile. bf16 caches: rows go straight
-// into a double-buffered tile and `raw` is unused.
-template <class Traits, bool kDirectTailRows = false>
+// into a double-buffered tile and `raw` is unused. (Session 6's "direct tail", the 16-row v32_fp8
+// tile gathering its bf16 RoPE tail straight into the tile to fit 3 CTAs per SM, went with the
+// 4-warp 16-row tile: at 2 CTAs per SM the tail, gathered after the scores, landed too late;
+// removing it measured 0.96x at 8 / 16 heads, docs/kernels/portable_sparse_decode.md.)
+template <class Traits>
 struct RawRow {
   static constexpr bool kQuantized = Traits::kQuantDims > 0;
-  // Bytes of the data row gathered into raw: all of it, or up to its bf16 tail for direct-tail
-  // tiles.
-  static constexpr int kDataBytes = kDirectTailRows ? Traits::kTailOffset : Traits::kDataRowBytes;
-  // the gathered data, then (split-scale formats) the token's scale row; 16-B rounded for
-  // cp.async.
-  static constexpr int kBytes = kDataBytes + (Traits::kScalesInRow ? 0 : Traits::kScaleRowBytes);
+  // the data row, then (split-scale formats) the token's scale row; 16-B rounded for cp.async.
+  static constexpr int kBytes =
+      Traits::kDataRowBytes + (Traits::kScalesInRow ? 0 : Traits::kScaleRowBytes);
   static constexpr int kPitch = (kBytes + 15) / 16 * 16;
   static constexpr int kScaleBase =
       Traits::kScalesInRow ? Traits::kScaleOffset : Traits::kDataRowBytes;
   static_assert(!kQuantized || Traits::kDataRowBytes % 16 == 0,
                 "token data rows are gathered in 16-B chunks");
   static_assert(Traits::kTailOffset % 16 == 0, "the bf16 tail is copied in 16-B chunks");
-  static_assert(!kDirectTailRows ||
-                    (Traits::kScalesInRow &&
-                     Traits::kTailOffset + 2 * Traits::kTailDims == Traits::kDataRowBytes &&
-                     Traits::kScaleOffset + 4 * Traits::kNumScales <= Traits::kTailOffset &&
-                     Traits::kQuantDims == 512),
-                "a direct tail is the end of the data row, after the fp32 scales, and the "
-                "dequantisation's first pass covers exactly the 64 e4m3 chunks");
 };
 
+// Whether a tile may run as paired head groups (decode_pair_clusters): quantized caches, tiles
+// other than the register-Q tile. The host pairs only 64-row tiles on sm_90; the register-Q tile
+// compiles the paired path out (with it in, ptxas spilled 24 B of v4fp8's at the 128-register cap
+// on sm_90a).
 template <class Shape, class Traits>
-using RawRowOf = RawRow<Traits, kDirectTail<Shape, Traits>>;
-
-// Whether a tile may run as paired head groups (decode_pair_clusters; the host pairs only 64-row
-// tiles on sm_90): quantized caches without a direct tail, whose peer-half byte count
-// (the kernel's kHalfTileBytes) would include the tail that a direct-tail tile never stores.
-template <class Shape, class Traits>
-inline constexpr bool kCanPairHeadGroups = Traits::kQuantDims > 0 && !kDirectTail<Shape, Traits>;
+inline constexpr bool kCanPairHeadGroups = Traits::kQuantDims > 0 && !kIsRegisterQShape<Shape>;
 
 // Shared memory, in bytes (64 rows, 64 keys): v32_fp8 73,728 Q + 73,728 bf16 KV + 8,192 P +
 // 41,984 raw + 2,048 row statistics + 520 row addresses + 128 flags, padded by alignment to
@@ -114,10 +93,10 @@ inline constexpr bool kCanPairHeadGroups = Traits::kQuantDims > 0 && !kDirectTai
 // addresses = 232,448 (sizeof): exactly sm_90's per-block limit, no headroom left.
 template <class Shape, class Traits>
 struct DecodeSmem {
-  static constexpr bool kQuantized = RawRowOf<Shape, Traits>::kQuantized;
+  static constexpr bool kQuantized = RawRow<Traits>::kQuantized;
   static constexpr int kTileStages = kQuantized ? 1 : 2;
   static constexpr int kRawBytes =
-      kQuantized ? Shape::kBlockKeys * RawRowOf<Shape, Traits>::kPitch : 16;
+      kQuantized ? Shape::kBlockKeys * RawRow<Traits>::kPitch : 16;
   static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
 
   alignas(1024) uint8_t q[Shape::kQBytes];                     // [kRows, d_qk] bf16, swizzled

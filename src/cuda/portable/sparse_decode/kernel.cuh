@@ -2,9 +2,7 @@
 // (part, group) processes the query pieces its DecodePartSchedule names. Per piece (one query,
 // a range of its kBlockKeys-slot blocks over the main list then the extra list, one softmax):
 //   load       stage the next block's clamped row addresses, cp.async raw token bytes (FP8) or
-//              bf16 rows; invalid slots are zero-filled and never read; direct-tail tiles
-//              (config.cuh kDirectTail) gather the bf16 tail straight into the tile, the next
-//              block's once every warp has finished this block's scores (the cores' after_scores);
+//              bf16 rows; invalid slots are zero-filled and never read;
 //   dequantise raw e4m3 x fp32 scale -> bf16 tile (exact scale, kv_cache_traits.cuh offsets);
 //   score/softmax/accumulate  the MMA core (mma_core.cuh: the 64-row x 64-key tile runs the wide
 //              tiling of the 64-row prefill, every other tile the core shared with the 16/32-row
@@ -109,9 +107,9 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
   using Smem = DecodeSmem<Shape, Traits>;
   const uint8_t* valid = sm.valid[step & 1];
   if constexpr (Smem::kQuantized) {
-    using Raw = RawRowOf<Shape, Traits>;
+    using Raw = RawRow<Traits>;
     constexpr int kRows = kPaired ? Shape::kBlockKeys / 2 : Shape::kBlockKeys;
-    gather_rows_linear<kRows, Raw::kDataBytes / 16, Raw::kPitch, Shape::kThreads>(
+    gather_rows_linear<kRows, Traits::kDataRowBytes / 16, Raw::kPitch, Shape::kThreads>(
         smem_u32(sm.raw) + row_base * Raw::kPitch, thread, [&](int r) {
           return RowSource{sm.row_ptr[row_base + r], valid[row_base + r] != 0};
         });
@@ -132,33 +130,11 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
   }
 }
 
-// load (tail, direct-tail tiles; config.cuh kDirectTail): the bf16 tail of block `step`'s rows
-// (128 B = 8 chunks per row) straight into the tile's last 64 dims. A piece's first block's tail
-// goes with its raw rows; every later block's is issued once every warp has finished the previous
-// block's scores (the cores' after_scores hook), so it lands during that block's P.V.
-template <class Shape, class Traits>
-__device__ __forceinline__ void load_block_tail(int step, int thread,
-                                                DecodeSmem<Shape, Traits>& sm) {
-  static_assert(kDirectTail<Shape, Traits>);
-  static_assert(Shape::kRowGroups == 1, "after_scores is CTA-wide only with one row group");
-  static_assert(Traits::kQuantDims + Traits::kTailDims == Shape::kDqk,
-                "the tail is the tile's last kTailDims dims");
-  constexpr int kTailChunks = 2 * Traits::kTailDims / 16;
-  const uint8_t* valid = sm.valid[step & 1];
-  gather_rows_swizzled<Shape::kBlockKeys, kTailChunks, Shape::kThreads,
-                       Shape::kChunksPerRow - kTailChunks>(
-      smem_u32(sm.kv[0]), thread, [&](int row) {
-        return RowSource{sm.row_ptr[row] + Traits::kTailOffset, valid[row] != 0};
-      });
-}
-
 // dequantise: raw [keys, kPitch] -> bf16 tile. A unit is one 16-B tile chunk (8 dims): an e4m3
 // chunk times its tile's scale, or a copied chunk of the bf16 tail. Zero-filled (invalid) rows have
 // zero data and zero scales, so they dequantise to 0. Mapping: thread t owns chunk c = t % 64 of
 // rows r0 + kRowsPerPass * i (r0 = t / 64; chunks 0..63: v32_fp8's 64 e4m3 chunks, v4_fp8's 56 e4m3
-// + 8 tail chunks), then the chunks past 64 (v32_fp8's 8 tail chunks) are shared out, except in
-// direct-tail tiles (config.cuh kDirectTail), whose tail is already in the tile: there only the 64
-// e4m3 chunks are written. The row loop is fully unrolled and every address is a per-thread base
+// + 8 tail chunks), then the chunks past 64 (v32_fp8's 8 tail chunks) are shared out. The row loop is fully unrolled and every address is a per-thread base
 // plus a compile-time offset: the swizzle term (c ^ row) & 7 of row r0 + kRowsPerPass * i is (c ^
 // r0) ^ ((kRowsPerPass * i) & 7) (r0 < kRowsPerPass, a power of 2), so a thread needs only 8 /
 // kRowsPerPass distinct swizzled column offsets.
@@ -174,7 +150,7 @@ template <class Shape, class Traits, bool kPaired = false>
 __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, Traits>& sm,
                                                  int row_base = 0, uint32_t peer_tile = 0,
                                                  uint32_t peer_barrier = 0) {
-  using Raw = RawRowOf<Shape, Traits>;
+  using Raw = RawRow<Traits>;
   constexpr int kLanes = 64;  // chunk slots of a row in the first pass
   constexpr int kQuantChunks = Traits::kQuantDims / 8;
   constexpr int kRowsPerPass = Shape::kThreads / kLanes;
@@ -231,7 +207,7 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
 #pragma unroll
       for (int j = 0; j < kBatch; ++j) store(tile_offset(i0 + j), dequant_e4m3x8(raw[j], scale[j]));
     }
-  } else if constexpr (!kDirectTail<Shape, Traits>) {  // a direct tail has no raw copy
+  } else {
     const uint8_t* tail = raw_rows + Traits::kTailOffset + 16 * (chunk - kQuantChunks);
 #pragma unroll
     for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
@@ -244,7 +220,7 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
       for (int j = 0; j < kBatch; ++j) store(tile_offset(i0 + j), bytes[j]);
     }
   }
-  if constexpr (kLateChunks > 0 && !kDirectTail<Shape, Traits>) {  // direct tails are in place
+  if constexpr (kLateChunks > 0) {
     static_assert(kQuantChunks == kLanes, "chunks past 64 are tail chunks");
     constexpr int kLateUnits = kRows * kLateChunks;
 #pragma unroll
@@ -300,9 +276,8 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
   // counts the bytes on the peer's mbarrier `peer_half_landed`; a CTA barrier publishes the local
   // half and the mbarrier wait the peer's. (A fenced cluster barrier in that place compiled to
   // MEMBAR.ALL.GPU + ERRBAR + CCTL.IVALL and held ~11 % of the stall samples.)
-  // The register-Q tile (16 x 32) compiles the paired path out: the host pairs only 64-row tiles,
-  // and with the dead path in, ptxas spilled 24 B of v4fp8's at the 128-register cap on sm_90a.
-  constexpr bool kCanPair = Smem::kQuantized && !kIsRegisterQShape<Shape>;
+  // The register-Q tile compiles the paired path out (config.cuh kCanPairHeadGroups).
+  constexpr bool kCanPair = kCanPairHeadGroups<Shape, Traits>;
   constexpr uint32_t kHalfTileBytes =
       static_cast<uint32_t>(Shape::kBlockKeys / 2 * Shape::kChunksPerRow * 16);
   const bool paired = kCanPair && launch.pair_head_groups;
@@ -342,10 +317,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
                                       slot_index<Shape>(lists, block_begin, thread), sm);
     }
     __syncthreads();
-    if (block_begin < block_end) {
-      load_rows(0);
-      if constexpr (kDirectTail<Shape, Traits>) load_block_tail<Shape, Traits>(0, thread, sm);
-    }
+    if (block_begin < block_end) load_rows(0);
     ptx::cp_async_commit();
 
     for (int block = block_begin; block < block_end; ++block) {
@@ -385,14 +357,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
       }
       if (step == 0) Core::begin_piece(sm, w, acc);  // Q landed with the first block's rows
       const uint32_t tile = smem_u32(sm.kv[Smem::kQuantized ? 0 : (step & 1)]);
-      Core::process_block(sm, tile, sm.valid[step & 1], scale_log2, w, acc, [&] {
-        if constexpr (kDirectTail<Shape, Traits>) {  // every warp is past this block's scores
-          if (has_next) {
-            load_block_tail<Shape, Traits>(step + 1, thread, sm);
-            ptx::cp_async_commit();
-          }
-        }
-      });
+      Core::process_block(sm, tile, sm.valid[step & 1], scale_log2, w, acc);
     }
     ptx::cp_async_wait<0>();
     Core::store(sm, PieceTarget{&launch, b, s, slot, head0}, w, acc);

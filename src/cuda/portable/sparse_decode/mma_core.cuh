@@ -37,15 +37,13 @@ struct NarrowCore {
   __device__ __forceinline__ static Place place(int thread) { return warp_place<Shape>(thread); }
   template <class Smem>
   __device__ __forceinline__ static void begin_piece(Smem&, const Place&, Accum&) {}  // Q: smem
-  template <class Smem, class AfterScores>
+  template <class Smem>
   __device__ __forceinline__ static void process_block(Smem& sm, uint32_t tile,
                                                        const uint8_t* valid, float scale_log2,
-                                                       const Place& w, Accum& acc,
-                                                       AfterScores after_scores) {
+                                                       const Place& w, Accum& acc) {
     ScoreTile<Shape> scores;
     score_block<Shape>(smem_u32(sm.q), tile, w, scores, reinterpret_cast<float*>(sm.p));
     softmax_block<Shape>(scores, valid, scale_log2, sm.red_max, sm.p, w, acc);
-    after_scores();  // every warp of the row group has finished score_block
     accumulate_block<Shape>(smem_u32(sm.p), tile, w, acc);
   }
   template <class Smem>
@@ -89,18 +87,16 @@ struct WideCore {
   __device__ __forceinline__ static float* alpha(Smem& sm) {
     return sm.red_max + 2 * 64;
   }
-  template <class Smem, class AfterScores>
+  template <class Smem>
   __device__ __forceinline__ static void process_block(Smem& sm, uint32_t tile,
                                                        const uint8_t* valid, float scale_log2,
-                                                       const Place& w, Accum& acc,
-                                                       AfterScores after_scores) {
+                                                       const Place& w, Accum& acc) {
     float s[2][4][4], own[4][4];
     wide_score<Shape>(smem_u32(sm.q), tile, w, s);
     // The exchange's scratch is the P tile, free until the softmax writes P (after its first
     // __syncthreads, which every exchange read precedes).
     wide_exchange(s, reinterpret_cast<float*>(sm.p), w, own);
     wide_softmax<Shape>(own, valid, scale_log2, red(sm), alpha(sm), sm.p, w, acc);
-    after_scores();  // wide_softmax's __syncthreads: every warp has finished wide_score
     wide_accumulate<Shape>(smem_u32(sm.p), tile, alpha(sm), w, acc);
   }
   // Row sums over the key halves; the owners (kh 0) write lse and the rows' scales; then every

@@ -76,11 +76,10 @@ struct RegisterQCore {
     __syncthreads();
   }
 
-  template <class Smem, class AfterScores>
+  template <class Smem>
   __device__ __forceinline__ static void process_block(Smem& sm, uint32_t tile,
                                                        const uint8_t* valid, float scale_log2,
-                                                       const Place& w, Accum& acc,
-                                                       AfterScores after_scores) {
+                                                       const Place& w, Accum& acc) {
     const int g = w.lane >> 2, t = w.lane & 3;
     const int kh = w.key_half, dq = w.dim_quarter;
     // score: part[n][i] = partial S of key tile n (keys 16 kh + 8 n ..) over this dim quarter.
@@ -129,7 +128,6 @@ struct RegisterQCore {
     const float group_max = quad_max(fmaxf(s[0], s[1]));
     if (t == 0) sm.red_max[group * Shape::kRows + own_row] = group_max;
     __syncthreads();
-    after_scores();  // every warp is past its scores and its exchange reads
     float m_use[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
