@@ -39,8 +39,8 @@ BUILD="$ROOT/build-gpu"
 JOBS=16
 BENCH_SUITES=${SMLA_BENCH_SUITES:-all}
 # Representative sanitizer subset: the planner, the combine, the graph-captured decode step, one
-# split-heavy decode per FP8 format, the 16-head compact v32_fp8 tile with pieces of several
-# blocks (ManyRequests: its direct tail is gathered while P.V runs) and one prefill recipe sweep
+# split-heavy decode per FP8 format, the 16-head register-Q tile with pieces of several blocks
+# (ManyRequests, v32_fp8; ExtraCacheAndPages runs it for v4_fp8) and one prefill recipe sweep
 # (memcheck runs ~10-50x slower).
 SANITIZER_FILTER=${SMLA_SANITIZER_FILTER:-'DecodePlannerGpu.*:SplitCombineGpu.*:DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.LongListsSplit/bf16_d512:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:Formats/PortableDecode.ManyRequests/v32_fp8:DQk/PortablePrefill.TopkAndFeatures/*'}
 BUDGET_S=${SMLA_GPU_CHECK_BUDGET_S:-570}

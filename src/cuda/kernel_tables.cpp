@@ -180,8 +180,9 @@ constexpr std::array<DecodeEntry, 24> kDecodeEntries{{
 #undef SMLA_DECODE_ENTRY
 
 // The decode tile for (format, d_qk, h_q) on a device (cuda/tile_choice.h): 16 head rows prefer
-// the compact 32-key tile (2-3 CTAs per SM instead of one on sm_90: the per-block gather latency
-// of one CTA overlaps the others' work; measured on the H200: 0.68-0.84x the 64-key time),
+// the compact 32-key tile (the register-Q tile: 2 CTAs of 8 warps per SM instead of one CTA of 4
+// on sm_90, so one CTA's per-block gather latency overlaps the other's work; measured on the
+// H200 with the 4-warp version: 0.68-0.84x the 64-key time),
 // larger tiles the 64-key one (the compact one measured 1.0-1.35x slower there); either falls
 // back to the other key count, then to fewer head rows, where the shared memory does not fit.
 // SMLA_DECODE_BLOCK_KEYS forces the key count (tests/cpp/CMakeLists.txt runs both).
