@@ -337,11 +337,14 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
     // The schedule's parts times the head groups fill every resident CTA slot once.
     shape->num_parts = std::max(1, limits.sm_count * shape->ctas_per_sm / shape->head_groups);
   }
-  // One CTA (or cluster) per SM: the slowest part sets the time, so the part count follows the
-  // lists' bound (planning/decode_part_count.h). Several CTAs per SM (the 16-row tiles) share
-  // the SM's issue slots instead; there the plain count measured best (8-16 heads, V4, b = 1-128,
-  // benchmarks/results/exp-decode-num-parts-2026-11-30/).
-  if (shape->clusters > 0 || shape->ctas_per_sm == 1) {
+  // One or two CTAs (or one cluster) per SM: the slowest part sets the time, so the part count
+  // follows the lists' bound (planning/decode_part_count.h). Measured on the H200: V4 b = 64 at
+  // 32 / 64 heads (one CTA per SM) 0.75 / 0.78x the plain count's time; at 8 / 16 heads (the
+  // register-Q tile, two CTAs per SM) 0.87x, b = 12 0.97-0.98x, b = 1 and 128 within 1 %
+  // (benchmarks/results/ab-decode-part-count-two-ctas-2026-11-30/). The 4-warp 16-row tile it
+  // replaced ran 3 CTAs per SM, where the plain count measured best
+  // (benchmarks/results/exp-decode-num-parts-2026-11-30/).
+  if (shape->clusters > 0 || shape->ctas_per_sm <= 2) {
     const int64_t bound_blocks = planning::query_blocks(
         problem.topk, problem.has_extra ? problem.extra_topk : 0, entry.block_keys);
     const planning::DecodePartCount count =

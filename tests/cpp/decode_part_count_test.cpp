@@ -66,6 +66,25 @@ TEST(DecodePartCount, MeasuredV4Rows) {
   EXPECT_EQ(b128.min_units, 0);
 }
 
+TEST(DecodePartCount, MeasuredV4RowsOnTwoCtasPerSm) {
+  // The same lists in 32-key blocks (20 per query) on the 16-row register-Q tile: two CTAs per
+  // SM, 264 slots (benchmarks/results/ab-decode-part-count-two-ctas-2026-11-30/).
+  const DecodePartCount b64 = choose_decode_part_count(64, 20, 264);
+  EXPECT_EQ(b64.num_parts, 320);  // 5 units per part instead of 7: measured 0.87x at 8 / 16 heads
+  EXPECT_EQ(b64.min_units, 5);
+  const DecodePartCount b12 = choose_decode_part_count(12, 20, 264);
+  EXPECT_EQ(b12.num_parts, 300);  // 1 unit instead of 2: measured 0.97x / 0.98x
+  EXPECT_EQ(b12.min_units, 1);
+  // b = 128: two waves of 5-unit parts by the estimate (12 against 14); measured within 1 %.
+  const DecodePartCount b128 = choose_decode_part_count(128, 20, 264);
+  EXPECT_EQ(b128.num_parts, 640);
+  EXPECT_EQ(b128.min_units, 5);
+  // V3.2 b = 64, s_q = 2 (64 blocks per query): 35 units per part, nothing to gain.
+  const DecodePartCount v32 = choose_decode_part_count(128, 64, 264);
+  EXPECT_EQ(v32.num_parts, 264);
+  EXPECT_EQ(v32.min_units, 0);
+}
+
 TEST(DecodePartCount, KeepsThePlainCountWhereItHasNothingToGain) {
   const DecodePartCount plain{132, 0};
   auto same = [&](const DecodePartCount& c) {

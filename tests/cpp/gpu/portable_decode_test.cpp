@@ -268,7 +268,8 @@ TEST_P(PortableDecode, PartsSizedForFullLists) {
     int64_t b, s_q, h_q, topk, extra_topk;
   };
   for (Shape sh :
-       {Shape{64, 1, 36, 512, 128}, Shape{12, 1, 32, 512, 128}, Shape{2, 2, 128, 2048, 0}}) {
+       {Shape{64, 1, 36, 512, 128}, Shape{12, 1, 32, 512, 128}, Shape{2, 2, 128, 2048, 0},
+        Shape{64, 1, 16, 512, 128}}) {
     verify::DecodeRecipe r = base();
     r.b = sh.b;
     r.s_q = sh.s_q;
@@ -284,8 +285,9 @@ TEST_P(PortableDecode, PartsSizedForFullLists) {
     r.extra_topk_length = false;
     r.empty_queries = false;
     check_case(r);
-    // On the H200 (132 SMs, one 64-key tile per SM) the rule picks floors for these shapes
-    // (decode_part_count_test.cpp); other devices may keep the plain count.
+    // On the H200 (132 SMs; one 64-key tile per SM, or two 16-row register-Q tiles) the rule
+    // picks floors for these shapes (decode_part_count_test.cpp); other devices may keep the
+    // plain count.
     if (device.sm_count == 132 && device.cc_major == 9 && r.format != KvCacheFormat::kBf16 &&
         std::getenv("SMLA_DECODE_NUM_PARTS") == nullptr &&
         std::getenv("SMLA_DECODE_BLOCK_KEYS") == nullptr &&
