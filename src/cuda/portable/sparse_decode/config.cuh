@@ -20,24 +20,12 @@ template <int kRows>
 inline constexpr int kDecodeWarps = kRows == 16 ? 4 : 8;
 
 // The 16-row x 32-key tile: 8 warps on one m16 tile, Q's fragments in registers
-// (register_q_core.cuh). Members as TileShape's where the kernel's load, dequantisation and
-// shared-memory plan read them.
+// (register_q_core.cuh). kRowGroups and kKeyGroups as TileShape's, where the kernel's
+// shared-memory plan reads them.
 template <int kDqkValue>
-struct RegisterQShape {
-  static constexpr int kDqk = kDqkValue;
-  static constexpr int kDv = 512;
-  static constexpr int kRows = 16;
-  static constexpr int kWarps = 8;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockKeys = 32;
+struct RegisterQShape : TileDims<kDqkValue, 16, 8, 32> {
   static constexpr int kRowGroups = 1;  // one 16-row group: barriers after the scores are CTA-wide
   static constexpr int kKeyGroups = 4;  // 8-key groups of a block: slots of the row statistics
-  static constexpr int kChunksPerRow = kDqk / 8;
-  static constexpr int kPanels = kDqk / 64;
-  static constexpr int kQBytes = kRows * kDqk * 2;
-  static constexpr int kKvTileBytes = kBlockKeys * kDqk * 2;
-  static constexpr int kPBytes = kRows * 64 * 2;
-  static_assert(kDqk == 576 || kDqk == 512, "d_qk must be 576 or 512");
 };
 
 template <class Shape>

@@ -47,20 +47,8 @@ struct PrefillSmem {
 //   P.V: warp w owns all 64 rows x output columns [64 w, +64) (128 fp32 registers); V fragments
 //        then feed 4 m16 tiles (160 B of fragments per MMA -> 128 B).
 template <int kDqkValue>
-struct WideShape {
-  static constexpr int kDqk = kDqkValue;
-  static constexpr int kDv = 512;
-  static constexpr int kRows = 64;
-  static constexpr int kWarps = 8;
-  static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockKeys = 64;
-  static constexpr int kPanels = kDqk / 64;          // 64-dim panels of a row: 9 or 8
-  static constexpr int kChunksPerRow = kDqk / 8;     // 16-B chunks of a bf16 row
-  static constexpr int kColsPerWarp = kDv / kWarps;  // 64 output columns = 8 n8 tiles
-  static constexpr int kQBytes = kRows * kDqk * 2;
-  static constexpr int kKvTileBytes = kBlockKeys * kDqk * 2;
-  static constexpr int kPBytes = kRows * kBlockKeys * 2;
-  static_assert(kDqk == 576 || kDqk == 512, "d_qk must be 576 or 512");
+struct WideShape : TileDims<kDqkValue, 64, 8, 64> {
+  static constexpr int kColsPerWarp = 512 / 8;  // 64 output columns = 8 n8 tiles
 };
 
 // Shared memory of the 64-row CTA (576 dims): 73,728 Q + 2 x 73,728 KV + 8,192 P (first used as
