@@ -267,9 +267,8 @@ TEST_P(PortableDecode, PartsSizedForFullLists) {
   struct Shape {
     int64_t b, s_q, h_q, topk, extra_topk;
   };
-  for (Shape sh :
-       {Shape{64, 1, 36, 512, 128}, Shape{12, 1, 32, 512, 128}, Shape{2, 2, 128, 2048, 0},
-        Shape{64, 1, 16, 512, 128}}) {
+  for (Shape sh : {Shape{64, 1, 36, 512, 128}, Shape{12, 1, 32, 512, 128},
+                   Shape{2, 2, 128, 2048, 0}, Shape{64, 1, 16, 512, 128}}) {
     verify::DecodeRecipe r = base();
     r.b = sh.b;
     r.s_q = sh.s_q;

@@ -38,9 +38,8 @@ inline constexpr bool kIsRegisterQShape<RegisterQShape<kDqk>> = true;
 // and the configurations that fit the smaller shared memory of sm_80 / sm_86 / sm_89. 16 rows x
 // 32 keys is the register-Q tile; every other tile is the prefill's TileShape.
 template <int kDqk, int kRows, int kBlockKeys = 64>
-using DecodeShape =
-    std::conditional_t<kRows == 16 && kBlockKeys == 32, RegisterQShape<kDqk>,
-                       TileShape<kDqk, kRows, kDecodeWarps<kRows>, kBlockKeys>>;
+using DecodeShape = std::conditional_t<kRows == 16 && kBlockKeys == 32, RegisterQShape<kDqk>,
+                                       TileShape<kDqk, kRows, kDecodeWarps<kRows>, kBlockKeys>>;
 
 // Resident CTAs per SM the register budget is built for (__launch_bounds__): 2 for the register-Q
 // tile (<= 128 registers at 256 threads; its shared memory allows 2 on sm_90 for every format and
@@ -83,8 +82,7 @@ template <class Shape, class Traits>
 struct DecodeSmem {
   static constexpr bool kQuantized = RawRow<Traits>::kQuantized;
   static constexpr int kTileStages = kQuantized ? 1 : 2;
-  static constexpr int kRawBytes =
-      kQuantized ? Shape::kBlockKeys * RawRow<Traits>::kPitch : 16;
+  static constexpr int kRawBytes = kQuantized ? Shape::kBlockKeys * RawRow<Traits>::kPitch : 16;
   static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
 
   alignas(1024) uint8_t q[Shape::kQBytes];                     // [kRows, d_qk] bf16, swizzled
@@ -109,10 +107,11 @@ static_assert(sizeof(DecodeSmem<DecodeShape<512, 64>, KvTraits<KvCacheFormat::kV
 static_assert(sizeof(DecodeSmem<DecodeShape<576, 64>, KvTraits<KvCacheFormat::kBf16, 576>>) <=
               kMaxSmemSm90);
 // 2 CTAs per sm_90 SM for the register-Q tile of every format.
-inline constexpr int kSmemPerSmSm90 = 233472;    // 228 KiB
+inline constexpr int kSmemPerSmSm90 = 233472;     // 228 KiB
 inline constexpr int kSmemReservedPerCta = 1024;  // the driver's per-CTA reservation
-static_assert(2 * (sizeof(DecodeSmem<DecodeShape<576, 16, 32>,
-                                     KvTraits<KvCacheFormat::kBf16, 576>>) +
-                   kSmemReservedPerCta) <= kSmemPerSmSm90);
+static_assert(
+    2 * (sizeof(DecodeSmem<DecodeShape<576, 16, 32>, KvTraits<KvCacheFormat::kBf16, 576>>) +
+         kSmemReservedPerCta) <=
+    kSmemPerSmSm90);
 
 }  // namespace sparse_mla::cuda::portable_decode

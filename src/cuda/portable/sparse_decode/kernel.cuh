@@ -134,10 +134,11 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
 // chunk times its tile's scale, or a copied chunk of the bf16 tail. Zero-filled (invalid) rows have
 // zero data and zero scales, so they dequantise to 0. Mapping: thread t owns chunk c = t % 64 of
 // rows r0 + kRowsPerPass * i (r0 = t / 64; chunks 0..63: v32_fp8's 64 e4m3 chunks, v4_fp8's 56 e4m3
-// + 8 tail chunks), then the chunks past 64 (v32_fp8's 8 tail chunks) are shared out. The row loop is fully unrolled and every address is a per-thread base
-// plus a compile-time offset: the swizzle term (c ^ row) & 7 of row r0 + kRowsPerPass * i is (c ^
-// r0) ^ ((kRowsPerPass * i) & 7) (r0 < kRowsPerPass, a power of 2), so a thread needs only 8 /
-// kRowsPerPass distinct swizzled column offsets.
+// + 8 tail chunks), then the chunks past 64 (v32_fp8's 8 tail chunks) are shared out. The row
+// loop is fully unrolled and every address is a per-thread base plus a compile-time offset: the
+// swizzle term (c ^ row) & 7 of row r0 + kRowsPerPass * i is (c ^ r0) ^ ((kRowsPerPass * i) & 7)
+// (r0 < kRowsPerPass, a power of 2), so a thread needs only 8 / kRowsPerPass distinct swizzled
+// column offsets.
 // Measured (ncu source view, nvcc 13.0): the first version's flat u -> (u / 72, u % 72) loop
 // spent ~50 instructions per chunk, half of the split kernel's; the fixed-chunk loop that followed
 // (unrolled by 4, addresses recomputed per row, a branch in the ue8m0 decode) still spent ~43

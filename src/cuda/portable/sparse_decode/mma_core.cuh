@@ -133,9 +133,9 @@ struct WideCore {
 };
 
 template <class Shape>
-using DecodeCore = std::conditional_t<
-    kIsRegisterQShape<Shape>, RegisterQCore<Shape>,
-    std::conditional_t<Shape::kRows == 64 && Shape::kBlockKeys == 64, WideCore<Shape>,
-                       NarrowCore<Shape>>>;
+using DecodeCore =
+    std::conditional_t<kIsRegisterQShape<Shape>, RegisterQCore<Shape>,
+                       std::conditional_t<Shape::kRows == 64 && Shape::kBlockKeys == 64,
+                                          WideCore<Shape>, NarrowCore<Shape>>>;
 
 }  // namespace sparse_mla::cuda::portable_decode

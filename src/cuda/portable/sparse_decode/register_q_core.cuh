@@ -1,9 +1,9 @@
 // The MMA core of the 16-row x 32-key decode tile (RegisterQShape, config.cuh): 8 warps on one
 // 16-row m16 tile, Q's fragments held in registers for the whole piece.
-//   score       warp (key_half kh, dim_quarter dq) computes a partial S for keys [16 kh, 16 kh + 16)
-//               over k-step dq of every 64-dim panel (9 k-steps at d576, 8 at d512), B fragments
-//               from the bf16 tile, A fragments from registers: Q is read from shared memory
-//               once per piece, not once per block;
+//   score       warp (key_half kh, dim_quarter dq) computes a partial S for keys
+//               [16 kh, 16 kh + 16) over k-step dq of every 64-dim panel (9 k-steps at d576,
+//               8 at d512), B fragments from the bf16 tile, A fragments from registers: Q is
+//               read from shared memory once per piece, not once per block;
 //   exchange    the 4 dim-quarter warps of a key half reduce-scatter their partial sums through
 //               shared memory (the Q tile, dead once its fragments are in registers): warp dq
 //               owns n8 key tile (dq & 1) of row half (dq >> 1), two scores per lane;
@@ -12,7 +12,7 @@
 //   accumulate  warp w accumulates output columns [64 w, 64 w + 64) over the block's 32 keys.
 // Why (decode note, "Session 12"): the 4-warp 16 x 32 tile re-read Q's fragments every block
 // (37 KB of its ~167 KB of shared-memory traffic per block and CTA) and ran 3 CTAs x 4 warps per
-// SM; this tile reads no Q per block, ~144 KB in all, with 2 CTAs x 8 warps per SM (the O
+// SM; this tile reads no Q per block, ~148 KB in all, with 2 CTAs x 8 warps per SM (the O
 // accumulators halve to 32 registers per thread, which is what leaves room for Q's 36).
 #pragma once
 
@@ -85,8 +85,8 @@ struct RegisterQCore {
     // score: part[n][i] = partial S of key tile n (keys 16 kh + 8 n ..) over this dim quarter.
     float part[2][4] = {};
     {
-      LdsmLane b_lane = ldsm_lane(tile, 16 * kh + ((w.lane >> 4) << 3) + (w.lane & 7),
-                                  (w.lane >> 3) & 1);
+      LdsmLane b_lane =
+          ldsm_lane(tile, 16 * kh + ((w.lane >> 4) << 3) + (w.lane & 7), (w.lane >> 3) & 1);
       b_lane.x ^= 2u * dq;
 #pragma unroll
       for (int pn = 0; pn < Shape::kPanels; ++pn) {
