@@ -5,8 +5,8 @@
 //              bf16 rows; invalid slots are zero-filled and never read;
 //   dequantise raw e4m3 x fp32 scale -> bf16 tile (exact scale, kv_cache_traits.cuh offsets);
 //   score/softmax/accumulate  the MMA core (mma_core.cuh: the 64-row x 64-key tile runs the wide
-//              tiling of the 64-row prefill, every other tile the core shared with the 16/32-row
-//              prefill);
+//              tiling of the 64-row prefill, the 16 x 32 tile the register-Q core
+//              (register_q_core.cuh), every other tile the core shared with the 16/32-row prefill);
 //   store      unsplit query: bf16 out (sink applied) + natural-log lse; split piece:
 //              normalised fp32 partial_out + log2 partial_lse for the combine kernel.
 #pragma once
