@@ -31,6 +31,20 @@ __device__ __forceinline__ float quad_sum(float v) {
 // The max to subtract: 0 while no valid key has been seen (m = -inf).
 __device__ __forceinline__ float usable_max(float m) { return m == -INFINITY ? 0.0f : m; }
 
+// One block's step of a row's running max m (log2 domain): m becomes max(m, block_max); the
+// block's scores subtract m_use, and alpha = 2^(m_old - m_use) rescales the row's old sum and
+// output (0 while no valid key had been seen).
+struct RunningMaxStep {
+  float m_use, alpha;
+};
+
+__device__ __forceinline__ RunningMaxStep advance_running_max(float& m, float block_max) {
+  const float m_old = m;
+  m = fmaxf(m_old, block_max);
+  const float m_use = usable_max(m);
+  return {m_use, fast_exp2(m_old - m_use)};
+}
+
 // Output scale of a finished row with running max m (log2 domain) and sum l > 0, with an
 // optional attention sink (natural-log logit; -inf = none, +inf = output 0): 1 / (l + 2^(s*log2e -
 // m)).

@@ -227,11 +227,7 @@ __device__ __forceinline__ void softmax_block(ScoreTile<Shape>& s,
       for (int k = 1; k < Shape::kKeyGroups; ++k) {
         block_max = fmaxf(block_max, red_max[k * Shape::kRows + row]);
       }
-      const float m_old = acc.m[mt][half];
-      const float m_new = fmaxf(m_old, block_max);
-      const float m_use = usable_max(m_new);
-      const float alpha = fast_exp2(m_old - m_use);
-      acc.m[mt][half] = m_new;
+      const auto [m_use, alpha] = advance_running_max(acc.m[mt][half], block_max);
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < Shape::kKeyTiles; ++nt) {

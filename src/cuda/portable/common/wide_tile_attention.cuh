@@ -199,11 +199,7 @@ __device__ __forceinline__ void wide_softmax(float (&own)[4][4], const uint8_t* 
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = w.own_row0 + 8 * half + gq;
-    const float m_old = acc.m[half];
-    const float m_new = fmaxf(m_old, fmaxf(red[0][row], red[1][row]));
-    const float m_use = usable_max(m_new);
-    const float a = fast_exp2(m_old - m_use);
-    acc.m[half] = m_new;
+    const auto [m_use, a] = advance_running_max(acc.m[half], fmaxf(red[0][row], red[1][row]));
     float sum = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {

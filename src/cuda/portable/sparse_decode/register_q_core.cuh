@@ -135,11 +135,9 @@ struct RegisterQCore {
       float block_max = sm.red_max[row];
 #pragma unroll
       for (int k = 1; k < 4; ++k) block_max = fmaxf(block_max, sm.red_max[k * Shape::kRows + row]);
-      const float m_old = acc.m[hh];
-      const float m_new = fmaxf(m_old, block_max);
-      m_use[hh] = usable_max(m_new);
-      const float alpha = fast_exp2(m_old - m_use[hh]);
-      acc.m[hh] = m_new;
+      const RunningMaxStep step = advance_running_max(acc.m[hh], block_max);
+      const float alpha = step.alpha;
+      m_use[hh] = step.m_use;
       acc.l[hh] *= alpha;
 #pragma unroll
       for (int n = 0; n < kColTiles; ++n) {
