@@ -17,7 +17,11 @@
 # SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck
 # synccheck"; synccheck takes ~5 s and found session 7's bar.sync reached from two branches),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
-# SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json).
+# SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json),
+# SMLA_GPU_CHECK_CODE: sm90a (default) builds what the H200 runs; sm80 builds the code an A100
+# runs, compute_80 PTX compiled to sm_90 SASS (`__CUDA_ARCH__` 800: no clusters, no programmatic
+# launch), into build-gpu-sm80, and runs every step with SMLA_DEVICE_SMEM_OPTIN=166912 (the
+# A100's tile choices, cuda/knobs.h) unless that is set: the A100 path checked on an H200.
 set -uo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -35,7 +39,16 @@ if [[ ${1:-} == --prepare-deps ]]; then
 fi
 
 OUT_DIR=${1:-${OUT:-$ROOT/out}}
-BUILD="$ROOT/build-gpu"
+CODE=${SMLA_GPU_CHECK_CODE:-sm90a}
+case $CODE in
+  sm90a) BUILD="$ROOT/build-gpu" ARCH_FLAGS=(-DSMLA_CUDA_ARCHS=90a) ;;
+  sm80)
+    BUILD="$ROOT/build-gpu-sm80"
+    ARCH_FLAGS=(-DSMLA_CUDA_ARCHS=OFF "-DCMAKE_CUDA_FLAGS=-gencode=arch=compute_80,code=sm_90")
+    export SMLA_DEVICE_SMEM_OPTIN=${SMLA_DEVICE_SMEM_OPTIN:-166912}
+    ;;
+  *) echo "gpu_check: SMLA_GPU_CHECK_CODE must be sm90a or sm80, got '$CODE'" >&2 && exit 2 ;;
+esac
 JOBS=16
 BENCH_SUITES=${SMLA_BENCH_SUITES:-all}
 # Representative sanitizer subset: the planner, the combine, the graph-captured decode step, one
@@ -79,6 +92,7 @@ finish() {
   else
     echo "commit unknown (no git metadata on this machine)"
   fi
+  echo "code $CODE${SMLA_DEVICE_SMEM_OPTIN:+, SMLA_DEVICE_SMEM_OPTIN=$SMLA_DEVICE_SMEM_OPTIN}"
   nvcc --version 2>&1 | tail -1
   cmake --version 2>&1 | head -1
   nvidia-smi -q -d CLOCK 2>&1
@@ -96,7 +110,7 @@ t0=$(date +%s)
   fi
   # CMake 3.25 (seen here) lacks nvcc's C++20 flag; a CMake that knows it ignores this entry.
   cmake -S "$ROOT" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMLA_ENABLE_CUDA=ON \
-    -DSMLA_CUDA_ARCHS=90a -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 "${prefix[@]}" &&
+    "${ARCH_FLAGS[@]}" -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 "${prefix[@]}" &&
     cmake --build "$BUILD" -j $JOBS
 } >"$OUT_DIR/build.log" 2>&1
 rc=$?

@@ -52,6 +52,11 @@ bool device_limits(const Device& device, DeviceLimits* limits, std::string* why_
     *why_not = "cannot query CUDA device " + std::to_string(d);
     return false;
   }
+  // SMLA_DEVICE_SMEM_OPTIN (cuda/knobs.h): the tiles of a device with less shared memory, so
+  // that the A100's and the L40's tile choices run on an H200 (scripts/gpu_check.sh, sm80 mode).
+  if (const std::optional<int> cap = cuda::cuda_knobs().device_smem_optin.value) {
+    limits->smem_optin = std::min(limits->smem_optin, *cap);
+  }
   return true;
 }
 

@@ -6,6 +6,10 @@
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads (kernel_tables.cpp)
 //   SMLA_COMBINE_COLUMN_SLICES   1 | 4    warps per head in the split combine (split_combine.cu)
 //   SMLA_DECODE_NUM_PARTS        1..2^20  parts of an unpaired decode launch (kernel_tables.cpp)
+//   SMLA_DEVICE_SMEM_OPTIN       1..2^30  caps the shared memory per block that the tile choice
+//                                         sees (kernel_tables.cpp): a larger GPU then runs the
+//                                         tiles of a smaller one, e.g. 166912 (A100) or 101376
+//                                         (sm_86 / sm_89: L40, RTX) on an H200
 // A bad setting fails every CUDA call with a message naming the variable, its value and the
 // choices (kernel_tables.cpp checks `error` before choosing a kernel), so no launch runs with a
 // knob the user mistyped.
@@ -23,6 +27,7 @@ struct CudaKnobs {
   detail::EnvKnob decode_pair_head_groups;
   detail::EnvKnob combine_column_slices;
   detail::EnvKnob decode_num_parts;
+  detail::EnvKnob device_smem_optin;
   std::string error;  // the first bad setting's message, or "" when every knob is valid
 };
 
