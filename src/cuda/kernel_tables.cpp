@@ -368,6 +368,16 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
   return {};
 }
 
+// " (SMLA_DECODE_BLOCK_KEYS=64 does not fit N B of shared memory)" when the forced key count
+// lost to the fallback (a device, or an SMLA_DEVICE_SMEM_OPTIN cap, with less shared memory than
+// that tile needs), so that the plan says why the knob did not take; "" otherwise.
+std::string forced_keys_refused(int block_keys, const DeviceLimits& limits) {
+  const std::optional<int> forced = cuda::cuda_knobs().decode_block_keys.value;
+  if (!forced || *forced == block_keys) return "";
+  return " (SMLA_DECODE_BLOCK_KEYS=" + std::to_string(*forced) + " does not fit " +
+         std::to_string(limits.smem_optin) + " B of shared memory)";
+}
+
 Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions&,
                             DecodePlan* plan) {
   DeviceLimits limits;
@@ -382,19 +392,19 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
       planning::decode_workspace_layout(num_queries, shape.num_parts, problem.h_q, 512);
   plan->num_sm_parts = shape.num_parts;
   plan->workspace_bytes = static_cast<size_t>(layout.total_bytes);
-  plan->reason =
-      "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
-      std::to_string(shape.head_groups) + " head groups of " + std::to_string(entry->rows) +
-      " rows x " + std::to_string(entry->block_keys) + "-key blocks" +
-      (shape.min_units > 0
-           ? " (parts of >= " + std::to_string(shape.min_units) + " units: sized for full lists)"
-           : "") +
-      " = " +
-      (shape.clusters > 0 ? std::to_string(shape.clusters) +
-                                " resident 2-CTA clusters (the head groups share each "
-                                "block's gather and dequantisation)"
-                          : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
-      " on " + std::to_string(limits.sm_count) + " SMs";
+  plan->reason = "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
+                 std::to_string(shape.head_groups) + " head groups of " +
+                 std::to_string(entry->rows) + " rows x " + std::to_string(entry->block_keys) +
+                 "-key blocks" + forced_keys_refused(entry->block_keys, limits) +
+                 (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
+                                            " units: sized for full lists)"
+                                      : "") +
+                 " = " +
+                 (shape.clusters > 0 ? std::to_string(shape.clusters) +
+                                           " resident 2-CTA clusters (the head groups share each "
+                                           "block's gather and dequantisation)"
+                                     : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
+                 " on " + std::to_string(limits.sm_count) + " SMs";
   return {};
 }
 
