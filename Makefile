@@ -37,4 +37,4 @@ gpu-check:
 	bash scripts/gpu_check.sh
 
 clean:
-	rm -rf build build-cpu build-asan build-gpu
+	rm -rf build build-cpu build-asan build-gpu build-gpu-sm80
