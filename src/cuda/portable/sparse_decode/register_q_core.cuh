@@ -39,6 +39,10 @@ struct RegisterQCore {
   // Warp w: key half w >> 2, dim quarter w & 3; output columns [64 w, 64 w + 64).
   struct Place {
     int lane, warp, key_half, dim_quarter;
+    // After the exchange this warp owns the scores of row half own_half() (rows 8 own_half ..)
+    // and of the block's 8-key group group() (0..3).
+    __device__ __forceinline__ int own_half() const { return dim_quarter >> 1; }
+    __device__ __forceinline__ int group() const { return 2 * key_half + (dim_quarter & 1); }
   };
   // Lane (g = lane / 4, t = lane % 4) holds rows g and g + 8 (index hh = 0, 1).
   struct Accum {
@@ -119,8 +123,8 @@ struct RegisterQCore {
       }
     }
     // softmax: this lane owns row g + 8 own_half, keys 8 group + 2 t (+ 1).
-    const int own_half = dq >> 1;
-    const int group = 2 * kh + (dq & 1);  // the block's 8-key group, 0..3
+    const int own_half = w.own_half();
+    const int group = w.group();
     const int own_row = g + 8 * own_half;
     const int key = 8 * group + 2 * t;
 #pragma unroll
@@ -179,8 +183,8 @@ struct RegisterQCore {
   __device__ __forceinline__ static void store(Smem& sm, const PieceTarget& to, const Place& w,
                                                const Accum& acc) {
     const int g = w.lane >> 2, t = w.lane & 3;
-    const int own_half = w.dim_quarter >> 1;
-    const int group = 2 * w.key_half + (w.dim_quarter & 1);
+    const int own_half = w.own_half();
+    const int group = w.group();
     const float l_own = quad_sum(own_half != 0 ? acc.l[1] : acc.l[0]);
     if (t == 0) sm.red_sum[group * Shape::kRows + g + 8 * own_half] = l_own;
     __syncthreads();
