@@ -338,10 +338,11 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
         if (paired) {
           if (thread == 0) ptx::mbarrier_arrive_expect_tx(landed, kHalfTileBytes);
           dequantize_block<Shape, Traits, true>(thread, sm, row_base, peer_tile, peer_landed);
+        } else {
+          dequantize_block<Shape, Traits>(thread, sm);
         }
-      }
-      if constexpr (Smem::kQuantized) {
-        if (!paired) dequantize_block<Shape, Traits>(thread, sm);
+      } else if constexpr (Smem::kQuantized) {
+        dequantize_block<Shape, Traits>(thread, sm);
       }
       if (has_next) {
         stage_block_rows<Shape, Traits>(p, lists, block + 1, step + 1, thread, next_index, sm);
