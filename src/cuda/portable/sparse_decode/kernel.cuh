@@ -26,57 +26,15 @@
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_decode/mma_core.cuh"
+#include "cuda/portable/sparse_decode/piece_inputs.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
 #include "planning/decode_schedule_builder.h"
 
 namespace sparse_mla::cuda::portable_decode {
 
-// A query's two index lists, clamped lengths and block counts.
-struct QueryLists {
-  const int32_t* main;   // [topk] int32
-  const int32_t* extra;  // [extra_topk] int32 or nullptr
-  int64_t n_main, n_extra;
-  int blocks_main, blocks_total;
-};
-
-template <int kBlockKeys>
-__device__ __forceinline__ QueryLists query_lists(const detail::DecodeParams& p, int64_t b,
-                                                  int64_t s) {
-  QueryLists q;
-  q.main = p.list.indices + b * p.list.indices_stride_b + s * p.list.indices_stride_s;
-  q.n_main = detail::effective_topk(p.list, b, s);
-  q.extra = nullptr;
-  q.n_extra = 0;
-  if (p.has_extra) {
-    q.extra = p.extra_list.indices + b * p.extra_list.indices_stride_b +
-              s * p.extra_list.indices_stride_s;
-    q.n_extra = detail::effective_topk(p.extra_list, b, s);
-  }
-  q.blocks_main = static_cast<int>((q.n_main + kBlockKeys - 1) / kBlockKeys);
-  q.blocks_total = q.blocks_main + static_cast<int>((q.n_extra + kBlockKeys - 1) / kBlockKeys);
-  return q;
-}
-
-// load (index): the index list entry of slot `thread` of block `block` (main blocks first, then
-// extra blocks), or -1 past the list's valid length. Issued a block ahead of its use (see the
-// kernel loop) so that its global latency overlaps the wait for the current block's rows.
-template <class Shape>
-__device__ __forceinline__ int32_t slot_index(const QueryLists& lists, int block, int thread) {
-  if (thread >= Shape::kBlockKeys) return -1;
-  const bool is_main = block < lists.blocks_main;
-  const int32_t* indices = is_main ? lists.main : lists.extra;
-  const int64_t n = is_main ? lists.n_main : lists.n_extra;
-  const int64_t k =
-      static_cast<int64_t>(is_main ? block : block - lists.blocks_main) * Shape::kBlockKeys +
-      thread;
-  return k < n ? __ldg(indices + k) : -1;
-}
-
 // load (addresses): threads 0..kBlockKeys-1 resolve slot `thread` of block `block` from its
-// `index` (slot_index). Valid iff 0 <= index < num_slots; an invalid slot gets slot 0's
-// (in-bounds) address and a zero flag. Slots are int32 (< 2^31) and page_block_size <= INT32_MAX
-// (validated), so the page split is a 32-bit division.
+// `index` (slot_index) into the row addresses and validity flags of the next block.
 template <class Shape, class Traits>
 __device__ __forceinline__ void stage_block_rows(const detail::DecodeParams& p,
                                                  const QueryLists& lists, int block, int step,
@@ -85,16 +43,9 @@ __device__ __forceinline__ void stage_block_rows(const detail::DecodeParams& p,
   if (thread >= Shape::kBlockKeys) return;
   const detail::KvCacheParams& cache = block < lists.blocks_main ? p.cache : p.extra_cache;
   const bool valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
-  const uint32_t slot = valid ? static_cast<uint32_t>(index) : 0u;
-  const uint32_t page_size = static_cast<uint32_t>(cache.page_block_size);
-  const uint32_t page = slot / page_size;
-  const uint32_t t = slot - page * page_size;
-  const uint8_t* block_base = cache.data + static_cast<int64_t>(page) * cache.block_stride_bytes;
-  sm.row_ptr[thread] = block_base + static_cast<int64_t>(t) * Traits::kDataRowBytes;
-  if constexpr (!Traits::kScalesInRow) {
-    sm.scale_ptr[thread] = block_base + cache.page_block_size * Traits::kDataRowBytes +
-                           static_cast<int64_t>(t) * Traits::kScaleRowBytes;
-  }
+  const SlotRows rows = slot_rows<Traits>(cache, valid ? static_cast<uint32_t>(index) : 0u);
+  sm.row_ptr[thread] = rows.data;
+  if constexpr (!Traits::kScalesInRow) sm.scale_ptr[thread] = rows.scales;
   sm.valid[step & 1][thread] = valid ? 1 : 0;
 }
 
@@ -238,21 +189,6 @@ __device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, T
   }
 }
 
-// load (Q): the head group's rows of query (b, s); heads >= h_q are zero-filled from head 0.
-template <class Shape, class Traits>
-__device__ __forceinline__ void load_q(const detail::DecodeParams& p, int64_t b, int64_t s,
-                                       int head0, int thread, DecodeSmem<Shape, Traits>& sm) {
-  const auto* base = reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
-  const int64_t stride_bytes = p.q_stride_h * 2;
-  const int h_q = static_cast<int>(p.problem.h_q);
-  gather_rows_swizzled<Shape::kRows, Shape::kChunksPerRow, Shape::kThreads>(
-      smem_u32(sm.q), thread, [&](int row) {
-        const int head = head0 + row;
-        const bool valid = head < h_q;
-        return RowSource{base + (valid ? head : 0) * stride_bytes, valid};
-      });
-}
-
 template <class Shape, class Traits>
 __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
     portable_sparse_decode_kernel(const DecodeLaunch launch) {
@@ -312,7 +248,7 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
     __syncthreads();  // the previous piece is done with Q, the tiles and the scratch arrays
     typename Core::Accum acc;
     acc.reset();
-    load_q<Shape, Traits>(p, b, s, head0, thread, sm);
+    load_q<Shape>(p, b, s, head0, thread, sm);
     if (block_begin < block_end) {
       stage_block_rows<Shape, Traits>(p, lists, block_begin, 0, thread,
                                       slot_index<Shape>(lists, block_begin, thread), sm);

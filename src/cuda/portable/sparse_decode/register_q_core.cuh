@@ -29,7 +29,13 @@
 
 namespace sparse_mla::cuda::portable_decode {
 
-template <class Shape>
+// The barrier over the core's 8 warps: the whole CTA in the split kernel (kernel.cuh); a named
+// barrier in the warp-specialised kernel, whose producer warps do not take part.
+struct CtaBarrier {
+  __device__ __forceinline__ static void sync() { __syncthreads(); }
+};
+
+template <class Shape, class Barrier = CtaBarrier>
 struct RegisterQCore {
   static_assert(Shape::kRows == 16 && Shape::kBlockKeys == 32 && Shape::kWarps == 8);
   static constexpr int kColTiles = Shape::kDv / Shape::kWarps / 8;  // 8 n8 tiles = 64 columns
@@ -77,7 +83,7 @@ struct RegisterQCore {
     for (int pn = 0; pn < Shape::kPanels; ++pn) {
       ptx::ldmatrix_x4(acc.q[pn], a_lane.template at<Shape::kRows>(8 * pn));
     }
-    __syncthreads();
+    Barrier::sync();
   }
 
   template <class Smem>
@@ -131,7 +137,7 @@ struct RegisterQCore {
     for (int i = 0; i < 2; ++i) s[i] = valid[key + i] != 0 ? s[i] * scale_log2 : -INFINITY;
     const float group_max = quad_max(fmaxf(s[0], s[1]));
     if (t == 0) sm.red_max[group * Shape::kRows + own_row] = group_max;
-    __syncthreads();
+    Barrier::sync();
     float m_use[2];
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -158,7 +164,7 @@ struct RegisterQCore {
     }
     *reinterpret_cast<uint32_t*>(sm.p + tile_chunk_offset<Shape::kRows>(own_row, group) + 4 * t) =
         ptx::pack_bf16x2(p0, p1);
-    __syncthreads();  // P is complete
+    Barrier::sync();  // P is complete
     // accumulate: O[:, 64 w ..] += P . V over the block's 32 keys.
     const LdsmLane a_lane = ldsm_lane(smem_u32(sm.p), w.lane & 15, w.lane >> 4);
     const uint32_t columns = tile + static_cast<uint32_t>(w.warp * Shape::kBlockKeys * 128);
@@ -187,7 +193,7 @@ struct RegisterQCore {
     const int group = w.group();
     const float l_own = quad_sum(own_half != 0 ? acc.l[1] : acc.l[0]);
     if (t == 0) sm.red_sum[group * Shape::kRows + g + 8 * own_half] = l_own;
-    __syncthreads();
+    Barrier::sync();
     const int64_t h_q = to.launch->p.problem.h_q;
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
