@@ -158,6 +158,7 @@ using DecodeLaunchFn = Status (*)(const pd::DecodeLaunch&, cudaStream_t);
 struct DecodeEntry {
   KvCacheFormat format;
   int d_qk, rows, block_keys;
+  bool warp_specialized;  // producer warps gather and dequantise (warp_specialized_kernel.cuh)
   DecodeLaunchFn launch;
   int (*smem)();
   int (*ctas_per_sm)();
@@ -165,7 +166,7 @@ struct DecodeEntry {
 };
 #define SMLA_DECODE_ENTRY(FORMAT, DQK, ROWS, KEYS)                                 \
   DecodeEntry {                                                                    \
-    KvCacheFormat::FORMAT, DQK, ROWS, KEYS,                                        \
+    KvCacheFormat::FORMAT, DQK, ROWS, KEYS, false,                                 \
         pd::launch_portable_sparse_decode<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>, \
         pd::decode_smem_bytes<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>,             \
         pd::decode_ctas_per_sm<KvCacheFormat::FORMAT, DQK, ROWS, KEYS>,            \
@@ -175,14 +176,33 @@ struct DecodeEntry {
   SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 16, 32),     \
       SMLA_DECODE_ENTRY(FORMAT, DQK, 32, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 32, 32), \
       SMLA_DECODE_ENTRY(FORMAT, DQK, 64, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 64, 32)
-constexpr std::array<DecodeEntry, 24> kDecodeEntries{{
+int no_pair_clusters() { return 0; }  // a 16-row tile has one head group
+#define SMLA_DECODE_WARP_SPECIALIZED_ENTRY(FORMAT, DQK)                                       \
+  DecodeEntry {                                                                              \
+    KvCacheFormat::FORMAT, DQK, 16, 32, true,                                                \
+        pd::launch_warp_specialized_decode<KvCacheFormat::FORMAT, DQK>,                      \
+        pd::warp_specialized_decode_smem_bytes<KvCacheFormat::FORMAT, DQK>,                  \
+        pd::warp_specialized_decode_ctas_per_sm<KvCacheFormat::FORMAT, DQK>, no_pair_clusters \
+  }
+constexpr std::array<DecodeEntry, 26> kDecodeEntries{{
     SMLA_DECODE_ENTRIES(kV32Fp8, 576),
     SMLA_DECODE_ENTRIES(kV4Fp8, 512),
     SMLA_DECODE_ENTRIES(kBf16, 576),
     SMLA_DECODE_ENTRIES(kBf16, 512),
+    SMLA_DECODE_WARP_SPECIALIZED_ENTRY(kV32Fp8, 576),
+    SMLA_DECODE_WARP_SPECIALIZED_ENTRY(kV4Fp8, 512),
 }};
+#undef SMLA_DECODE_WARP_SPECIALIZED_ENTRY
 #undef SMLA_DECODE_ENTRIES
 #undef SMLA_DECODE_ENTRY
+
+// Whether the 16-row x 32-key tile of an FP8 cache runs the warp-specialised kernel (default) or
+// the split kernel's register-Q tile (SMLA_DECODE_WARP_SPECIALIZED=0, for tests and A/B runs).
+// A bf16 cache has nothing for producer warps to convert and always runs the split kernel.
+bool warp_specialized_wanted(KvCacheFormat format) {
+  return format != KvCacheFormat::kBf16 &&
+         cuda::cuda_knobs().decode_warp_specialized.value.value_or(1) == 1;
+}
 
 // The decode tile for (format, d_qk, h_q) on a device (cuda/tile_choice.h): 16 head rows prefer
 // the compact 32-key tile (the register-Q tile: 2 CTAs of 8 warps per SM instead of one CTA of 4
@@ -195,9 +215,14 @@ const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q,
                                 const DeviceLimits& limits, std::string* why_not) {
   if (!knobs_valid(why_not)) return nullptr;
   const int rows = pd::decode_rows_for(h_q);
+  const bool warp_specialized = warp_specialized_wanted(format);
   return cuda::choose_tile_entry(
       std::span<const DecodeEntry>(kDecodeEntries),
-      [&](const DecodeEntry& e) { return e.format == format && e.d_qk == d_qk; }, rows,
+      [&](const DecodeEntry& e) {
+        return e.format == format && e.d_qk == d_qk &&
+               e.warp_specialized == (warp_specialized && e.rows == 16 && e.block_keys == 32);
+      },
+      rows,
       rows == 16 ? 32 : 64, cuda::cuda_knobs().decode_block_keys.value.value_or(0),
       limits.smem_optin, why_not);
 }
@@ -395,7 +420,8 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
   plan->reason = "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
                  std::to_string(shape.head_groups) + " head groups of " +
                  std::to_string(entry->rows) + " rows x " + std::to_string(entry->block_keys) +
-                 "-key blocks" + forced_keys_refused(entry->block_keys, limits) +
+                 "-key blocks" + (entry->warp_specialized ? " (8 producer warps)" : "") +
+                 forced_keys_refused(entry->block_keys, limits) +
                  (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
                                             " units: sized for full lists)"
                                       : "") +

@@ -150,6 +150,14 @@ void check_case(const verify::DecodeRecipe& recipe) {
   if (may_pair && device.cc_major == 9 && SMLA_TEST_BUILD_HAS_SM90_CODE) {
     EXPECT_TRUE(paired) << plan.reason;
   }
+  // The 16-row x 32-key tile of an FP8 cache runs the warp-specialised kernel unless
+  // SMLA_DECODE_WARP_SPECIALIZED=0 (tests/cpp/CMakeLists.txt: gpu_decode_split_16_rows).
+  const char* producers_env = std::getenv("SMLA_DECODE_WARP_SPECIALIZED");
+  const bool producers_wanted = producers_env == nullptr || std::string(producers_env) != "0";
+  const bool tile_16x32 = plan.reason.find(" of 16 rows x 32-key blocks") != std::string::npos;
+  const bool producers = plan.reason.find("(8 producer warps)") != std::string::npos;
+  EXPECT_EQ(producers, producers_wanted && tile_16x32 && recipe.format != KvCacheFormat::kBf16)
+      << plan.reason;
   Buffer workspace;
   SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes, &workspace));
   SMLA_ASSERT_OK(sparse_decode(d0.args, plan, workspace.data(), plan.workspace_bytes,

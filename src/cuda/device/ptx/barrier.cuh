@@ -19,4 +19,14 @@ __device__ __forceinline__ void named_barrier_sync_unaligned(int id, int count) 
   asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
+// Arrives at named barrier `id` without waiting (bar.arrive): the producer side of a
+// producer-consumer hand-off, whose consumers wait with named_barrier_sync(id, count) on the same
+// count (the arriving and the waiting threads together). Shared-memory writes made before the
+// arrival are visible to the waiting threads after their bar.sync (PTX memory model: a
+// bar.arrive synchronizes with the bar.sync on the same barrier; FlashMLA's warp groups hand off
+// this way, cuda-techniques.md §5).
+__device__ __forceinline__ void named_barrier_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
 }  // namespace sparse_mla::cuda::ptx

@@ -54,4 +54,16 @@ int decode_pair_clusters();
 template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 Status launch_portable_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream);
 
+// The warp-specialised split kernel (warp_specialized_kernel.cuh): the 16-row x 32-key tile of an
+// FP8 cache (kV32Fp8 at 576, kV4Fp8 at 512) with producer warps, one CTA of 512 threads per SM.
+// Same launch (grid (num_parts, head groups)), schedule and workspace as the 16 x 32 split kernel.
+template <KvCacheFormat kFormat, int kDqk>
+int warp_specialized_decode_smem_bytes();
+
+template <KvCacheFormat kFormat, int kDqk>
+int warp_specialized_decode_ctas_per_sm();
+
+template <KvCacheFormat kFormat, int kDqk>
+Status launch_warp_specialized_decode(const DecodeLaunch& launch, cudaStream_t stream);
+
 }  // namespace sparse_mla::cuda::portable_decode
