@@ -215,16 +215,25 @@ const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q,
                                 const DeviceLimits& limits, std::string* why_not) {
   if (!knobs_valid(why_not)) return nullptr;
   const int rows = pd::decode_rows_for(h_q);
-  const bool warp_specialized = warp_specialized_wanted(format);
-  return cuda::choose_tile_entry(
+  const DecodeEntry* tile = cuda::choose_tile_entry(
       std::span<const DecodeEntry>(kDecodeEntries),
       [&](const DecodeEntry& e) {
-        return e.format == format && e.d_qk == d_qk &&
-               e.warp_specialized == (warp_specialized && e.rows == 16 && e.block_keys == 32);
+        return e.format == format && e.d_qk == d_qk && !e.warp_specialized;
       },
-      rows,
-      rows == 16 ? 32 : 64, cuda::cuda_knobs().decode_block_keys.value.value_or(0),
+      rows, rows == 16 ? 32 : 64, cuda::cuda_knobs().decode_block_keys.value.value_or(0),
       limits.smem_optin, why_not);
+  // The 16 x 32 tile runs with producer warps where their kernel's shared memory (raw and bf16
+  // rings) fits: v32_fp8 180,224 B, v4_fp8 162,816 B, so sm_90 for both, the A100 for v4_fp8.
+  if (tile != nullptr && tile->rows == 16 && tile->block_keys == 32 &&
+      warp_specialized_wanted(format)) {
+    for (const DecodeEntry& e : kDecodeEntries) {
+      if (e.warp_specialized && e.format == format && e.d_qk == d_qk &&
+          e.smem() <= limits.smem_optin) {
+        return &e;
+      }
+    }
+  }
+  return tile;
 }
 
 template <KvCacheFormat kFormat>

@@ -88,7 +88,7 @@ struct DecodeSmem {
   alignas(1024) uint8_t q[Shape::kQBytes];                     // [kRows, d_qk] bf16, swizzled
   alignas(1024) uint8_t kv[kTileStages][Shape::kKvTileBytes];  // [stages][keys, d_qk] bf16
   alignas(1024) uint8_t p[Shape::kPBytes];                     // [kRows, 64] bf16, swizzled
-  alignas(16) uint8_t raw[kRawBytes];                          // [keys, kPitch] raw token bytes
+  alignas(16) uint8_t raw[1][kRawBytes];                       // [keys, kPitch] raw token bytes
   float red_max[Shape::kKeyGroups * Shape::kRows];             // [4, kRows]
   float red_sum[Shape::kKeyGroups * Shape::kRows];             // [4, kRows]
   const uint8_t* row_ptr[Shape::kBlockKeys];                   // next block's clamped data rows

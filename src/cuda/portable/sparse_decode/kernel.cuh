@@ -27,6 +27,7 @@
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_decode/mma_core.cuh"
 #include "cuda/portable/sparse_decode/piece_inputs.cuh"
+#include "cuda/portable/sparse_decode/raw_rows.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
 #include "planning/decode_schedule_builder.h"
@@ -58,134 +59,14 @@ __device__ __forceinline__ void load_block_rows(int step, int thread, DecodeSmem
   using Smem = DecodeSmem<Shape, Traits>;
   const uint8_t* valid = sm.valid[step & 1];
   if constexpr (Smem::kQuantized) {
-    using Raw = RawRow<Traits>;
-    constexpr int kRows = kPaired ? Shape::kBlockKeys / 2 : Shape::kBlockKeys;
-    gather_rows_linear<kRows, Traits::kDataRowBytes / 16, Raw::kPitch, Shape::kThreads>(
-        smem_u32(sm.raw) + row_base * Raw::kPitch, thread, [&](int r) {
-          return RowSource{sm.row_ptr[row_base + r], valid[row_base + r] != 0};
-        });
-    if constexpr (!Traits::kScalesInRow) {
-      static_assert(Traits::kScaleRowBytes == 8, "scale rows are copied with one 8-B cp.async");
-      if (thread < kRows) {
-        const int row = row_base + thread;
-        ptx::cp_async_ca_8(smem_u32(sm.raw) + row * Raw::kPitch + Traits::kDataRowBytes,
-                           sm.scale_ptr[row], valid[row] != 0 ? 8u : 0u);
-      }
-    }
+    gather_raw_rows<Shape, Traits, kPaired ? Shape::kBlockKeys / 2 : Shape::kBlockKeys>(
+        smem_u32(sm.raw[0]), thread, sm.row_ptr, sm.scale_ptr, valid, row_base);
   } else {
     static_assert(!kPaired, "bf16 rows go straight into each CTA's own tile");
     gather_rows_swizzled<Shape::kBlockKeys, Shape::kChunksPerRow, Shape::kThreads>(
         smem_u32(sm.kv[step & 1]), thread, [&](int row) {
           return RowSource{sm.row_ptr[row], valid[row] != 0};
         });
-  }
-}
-
-// dequantise: raw [keys, kPitch] -> bf16 tile. A unit is one 16-B tile chunk (8 dims): an e4m3
-// chunk times its tile's scale, or a copied chunk of the bf16 tail. Zero-filled (invalid) rows have
-// zero data and zero scales, so they dequantise to 0. Mapping: thread t owns chunk c = t % 64 of
-// rows r0 + kRowsPerPass * i (r0 = t / 64; chunks 0..63: v32_fp8's 64 e4m3 chunks, v4_fp8's 56 e4m3
-// + 8 tail chunks), then the chunks past 64 (v32_fp8's 8 tail chunks) are shared out. The row
-// loop is fully unrolled and every address is a per-thread base plus a compile-time offset: the
-// swizzle term (c ^ row) & 7 of row r0 + kRowsPerPass * i is (c ^ r0) ^ ((kRowsPerPass * i) & 7)
-// (r0 < kRowsPerPass, a power of 2), so a thread needs only 8 / kRowsPerPass distinct swizzled
-// column offsets.
-// Measured (ncu source view, nvcc 13.0): the first version's flat u -> (u / 72, u % 72) loop
-// spent ~50 instructions per chunk, half of the split kernel's; the fixed-chunk loop that followed
-// (unrolled by 4, addresses recomputed per row, a branch in the ue8m0 decode) still spent ~43
-// and was 52 % of the 16-row kernel's instructions.
-// Paired head groups: this CTA dequantises rows [row_base, row_base + kBlockKeys / 2) and stores
-// each chunk twice, into its own tile and (st.async) at the same offset of the peer's tile
-// `peer_tile`, counting 16 bytes on the peer's mbarrier `peer_barrier` (shared::cluster
-// addresses).
-template <class Shape, class Traits, bool kPaired = false>
-__device__ __forceinline__ void dequantize_block(int thread, DecodeSmem<Shape, Traits>& sm,
-                                                 int row_base = 0, uint32_t peer_tile = 0,
-                                                 uint32_t peer_barrier = 0) {
-  using Raw = RawRow<Traits>;
-  constexpr int kLanes = 64;  // chunk slots of a row in the first pass
-  constexpr int kQuantChunks = Traits::kQuantDims / 8;
-  constexpr int kRowsPerPass = Shape::kThreads / kLanes;
-  constexpr int kLateChunks = Shape::kChunksPerRow - kLanes;  // chunks >= 64: 8 (d576) or 0
-  constexpr int kRows = kPaired ? Shape::kBlockKeys / 2 : Shape::kBlockKeys;
-  static_assert(Shape::kThreads % kLanes == 0 && kRows % kRowsPerPass == 0);
-  static_assert(kRowsPerPass == 2 || kRowsPerPass == 4, "the swizzle phases assume 2 or 4");
-  static_assert(kQuantChunks <= kLanes && kLateChunks >= 0);
-  constexpr int kRowsPerThread = kRows / kRowsPerPass;
-  // Rows whose raw bytes are loaded before the first of them is stored: the tile stores may alias
-  // the raw loads as far as the compiler knows, so without the batch every chunk waits out its own
-  // shared-memory load latency (ncu, 16-row v32_fp8 kernel: short-scoreboard stalls on the first
-  // use of each load were 39 % of the dequantisation's samples). 4 rows: 12 registers of raw
-  // bytes and scales, and no 16-row FP8 tile spills more at its 168-register cap (2 rows did).
-  constexpr int kBatch = 4;
-  static_assert(kRowsPerThread % kBatch == 0);
-  uint8_t* tile = sm.kv[0];
-  auto store = [&](uint32_t offset, uint4 value) {
-    *reinterpret_cast<uint4*>(tile + offset) = value;
-    if constexpr (kPaired) ptx::st_async_16(peer_tile + offset, value, peer_barrier);
-  };
-  const int chunk = thread % kLanes;
-  const int row0 = row_base + thread / kLanes;  // row_base is a multiple of 8
-  // Tile offset of (row0 + kRowsPerPass * i, chunk) = column_base + 128 * kRowsPerPass * i +
-  // (swizzle ^ (((kRowsPerPass * i) & 7) << 4)).
-  const uint32_t column_base =
-      static_cast<uint32_t>((chunk >> 3) * (Shape::kBlockKeys * 128) + row0 * 128);
-  const uint32_t swizzle = static_cast<uint32_t>(((chunk & 7) ^ (row0 & 7)) << 4);
-  auto tile_offset = [&](int i) {
-    return column_base + static_cast<uint32_t>(128 * kRowsPerPass * i) +
-           (swizzle ^ static_cast<uint32_t>(((kRowsPerPass * i) & 7) << 4));
-  };
-  const uint8_t* raw_rows = sm.raw + row0 * Raw::kPitch;
-  if (chunk < kQuantChunks) {
-    const uint8_t* scales = raw_rows + Raw::kScaleBase +
-                            (Traits::kScaleEncoding == ScaleEncoding::kFloat32 ? 4 : 1) *
-                                (chunk * 8 / Traits::kTileSize);
-    const uint8_t* data = raw_rows + 8 * chunk;
-    constexpr int kStep = kRowsPerPass * Raw::kPitch;
-#pragma unroll
-    for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
-      uint2 raw[kBatch];
-      float scale[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        const int i = i0 + j;
-        raw[j] = *reinterpret_cast<const uint2*>(data + i * kStep);
-        if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
-          scale[j] = *reinterpret_cast<const float*>(scales + i * kStep);
-        } else {
-          scale[j] = ue8m0_to_float(scales[i * kStep]);
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) store(tile_offset(i0 + j), dequant_e4m3x8(raw[j], scale[j]));
-    }
-  } else {
-    const uint8_t* tail = raw_rows + Traits::kTailOffset + 16 * (chunk - kQuantChunks);
-#pragma unroll
-    for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
-      uint4 bytes[kBatch];
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) {
-        bytes[j] = *reinterpret_cast<const uint4*>(tail + (i0 + j) * kRowsPerPass * Raw::kPitch);
-      }
-#pragma unroll
-      for (int j = 0; j < kBatch; ++j) store(tile_offset(i0 + j), bytes[j]);
-    }
-  }
-  if constexpr (kLateChunks > 0) {
-    static_assert(kQuantChunks == kLanes, "chunks past 64 are tail chunks");
-    constexpr int kLateUnits = kRows * kLateChunks;
-#pragma unroll
-    for (int i = 0; i < (kLateUnits + Shape::kThreads - 1) / Shape::kThreads; ++i) {
-      const int u = thread + i * Shape::kThreads;
-      if (kLateUnits % Shape::kThreads == 0 || u < kLateUnits) {
-        const int row = row_base + u / kLateChunks;
-        const int late = u % kLateChunks;
-        store(tile_chunk_offset<Shape::kBlockKeys>(row, kLanes + late),
-              *reinterpret_cast<const uint4*>(sm.raw + row * Raw::kPitch + Traits::kTailOffset +
-                                              16 * late));
-      }
-    }
   }
 }
 
@@ -273,12 +154,12 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
       if constexpr (kCanPair) {
         if (paired) {
           if (thread == 0) ptx::mbarrier_arrive_expect_tx(landed, kHalfTileBytes);
-          dequantize_block<Shape, Traits, true>(thread, sm, row_base, peer_tile, peer_landed);
+          dequantize_rows<Shape, Traits, true>(thread, sm, 0, 0, row_base, peer_tile, peer_landed);
         } else {
-          dequantize_block<Shape, Traits>(thread, sm);
+          dequantize_rows<Shape, Traits>(thread, sm, 0, 0);
         }
       } else if constexpr (Smem::kQuantized) {
-        dequantize_block<Shape, Traits>(thread, sm);
+        dequantize_rows<Shape, Traits>(thread, sm, 0, 0);
       }
       if (has_next) {
         stage_block_rows<Shape, Traits>(p, lists, block + 1, step + 1, thread, next_index, sm);

@@ -5,38 +5,40 @@
 // 512 threads, 1 CTA per SM:
 //   warps 0..7   consumers: the register-Q core (register_q_core.cuh) over a ring of kStages bf16
 //                tiles, synchronised with named barriers over their own 8 warps only;
-//   warps 8..15  producers, two groups of 4 warps: group g fills the tiles of the part's blocks
-//                j = g, g + 2, g + 4, ... (ring slot j % kStages): it resolves the block's 32 row
-//                addresses, loads the FP8 bytes and scales straight into registers (no raw
-//                shared-memory stage, as FlashMLA's producer warp group), waits for the slot to be
-//                free, converts (exact fp32 scale products, one rounding, fp8_dequant.cuh) and
-//                stores the bf16 chunks, then signals the slot full.
-// Hand-offs per slot s: full(s) = bar.arrive by the filling group's 128 threads + bar.sync by the
-// 256 consumer threads; empty(s) = bar.arrive by the consumers after their P.V + bar.sync by the
-// group before it overwrites the slot (skipped for a slot's first fill). Each group drains the
-// empty arrivals of its last fills before it exits, so every barrier ends complete.
+//   warps 8..15  producers: for block j of the part, resolve its 32 row addresses (kRawStages
+//                blocks ahead), gather its raw FP8 rows with cp.async into a ring of kRawStages
+//                raw stages (kRawStages - 1 blocks in flight while one is converted), wait for
+//                tile j % kStages to be free, dequantise into it (raw_rows.cuh: exact fp32 scale
+//                products, one rounding) and signal it full.
+// Hand-offs per tile slot s: full(s) = bar.arrive by the 256 producer threads + bar.sync by the 256
+// consumer threads; empty(s) = bar.arrive by the consumers after their P.V + bar.sync by the
+// producers before they overwrite the slot (skipped for a slot's first fill). The producers drain
+// the empty arrivals of the last blocks before they exit, so every barrier ends complete.
 // Why (docs/kernels/portable_sparse_decode.md, "Session 14"): in kernel.cuh the same 8 warps
 // gather, dequantise and multiply between CTA barriers, and 16 heads stayed at 0.54x the 64-head
-// time at V3.2 b = 64; here each block's QK^T / softmax / P.V chain overlaps the loads and
-// conversions of the next blocks. Registers: 512 threads x 128 = the whole file on sm_80..sm_90,
-// with no setmaxnreg, so one source serves every card; the consumers run the register-Q core at
-// the same 128-register cap as the split kernel's 2-CTA launch.
+// time at V3.2 b = 64; here each block's QK^T / softmax / P.V chain overlaps the gathers and
+// conversions of the next blocks. A first version that loaded the FP8 bytes straight into the
+// producers' registers (FlashMLA's producer) kept one block per 4-warp group in flight, ~1.8 TB/s,
+// and measured 0.96x the split kernel at V3.2 b = 64 and 1.11x at V4 b = 64
+// (benchmarks/results/ab-decode-warp-specialized-registers-2026-11-30/). Registers: 512 threads x
+// 128 = the whole file on sm_80..sm_90, with no setmaxnreg, so one source serves every card; the
+// consumers run the register-Q core at the same 128-register cap as the split kernel's 2-CTA
+// launch.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "cuda/device/fp8_dequant.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/ptx/barrier.cuh"
 #include "cuda/device/ptx/cp_async.cuh"
-#include "cuda/device/ptx/ld_global.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_decode/piece_inputs.cuh"
 #include "cuda/portable/sparse_decode/piece_target.cuh"
+#include "cuda/portable/sparse_decode/raw_rows.cuh"
 #include "cuda/portable/sparse_decode/register_q_core.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
@@ -47,11 +49,10 @@ namespace sparse_mla::cuda::portable_decode {
 // Roles and barrier ids. Ids 1 and 2 are the register-Q core's exchange barriers (1 + key half).
 struct WarpRoles {
   static constexpr int kConsumerThreads = 256;  // the register-Q core's 8 warps
-  static constexpr int kGroupThreads = 128;     // one producer group: 4 warps
-  static constexpr int kThreads = kConsumerThreads + 2 * kGroupThreads;
-  static constexpr int kHandOffThreads = kConsumerThreads + kGroupThreads;  // full / empty
+  static constexpr int kProducerThreads = 256;  // 8 warps, the thread count raw_rows.cuh sees
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kConsumerBarrier = 3;
-  __device__ __forceinline__ static int group_barrier(int group) { return 4 + group; }
+  static constexpr int kProducerBarrier = 4;
 };
 
 // The barrier over the consumers' 8 warps (RegisterQCore's Barrier).
@@ -61,201 +62,158 @@ struct ConsumerBarrier {
   }
 };
 
-template <class Shape, class Traits, int kStagesValue>
+template <class Shape, class Traits, int kStagesValue, int kRawStagesValue>
 struct WarpSpecializedSmem {
-  static constexpr int kStages = kStagesValue;  // ring slots; even: slot s is filled by group s % 2
+  static constexpr int kStages = kStagesValue;        // bf16 tiles
+  static constexpr int kRawStages = kRawStagesValue;  // raw stages: kRawStages - 1 gathers in flight
+  static constexpr int kRawBytes = Shape::kBlockKeys * RawRow<Traits>::kPitch;
   static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
-  static_assert(kStages % 2 == 0 && 6 + 2 * kStages <= 16, "16 named barriers per CTA");
+  static_assert(5 + 2 * kStages <= 16 && kRawStages >= 2, "16 named barriers per CTA");
 
   alignas(1024) uint8_t q[Shape::kQBytes];                 // [16, d_qk] bf16; then the exchange
   alignas(1024) uint8_t kv[kStages][Shape::kKvTileBytes];  // ring of [32, d_qk] bf16 tiles
   alignas(1024) uint8_t p[Shape::kPBytes];                 // [16, 64] bf16, swizzled
+  alignas(16) uint8_t raw[kRawStages][kRawBytes];          // ring of [32, kPitch] raw token rows
   float red_max[Shape::kKeyGroups * Shape::kRows];         // [4, 16]
   float red_sum[Shape::kKeyGroups * Shape::kRows];         // [4, 16]
-  uint8_t valid[kStages][Shape::kBlockKeys];               // per slot: key validity (consumers)
-  // Per producer group, double-buffered by the group's fill count: the block's row addresses and
-  // the bit mask of its valid rows, written by the group's first warp.
-  const uint8_t* row_ptr[2][2][Shape::kBlockKeys];
-  const uint8_t* scale_ptr[2][2][kScaleRows];
-  uint32_t valid_mask[2][2];
+  uint8_t valid[kStages][Shape::kBlockKeys];               // per tile: key validity (consumers)
+  // Per raw stage: the block's row addresses and slot validity, staged by producer warp 0.
+  const uint8_t* row_ptr[kRawStages][Shape::kBlockKeys];
+  const uint8_t* scale_ptr[kRawStages][kScaleRows];
+  uint8_t raw_valid[kRawStages][Shape::kBlockKeys];
 
-  __device__ __forceinline__ static int full_barrier(int slot) { return 6 + slot; }
-  __device__ __forceinline__ static int empty_barrier(int slot) { return 6 + kStages + slot; }
+  __device__ __forceinline__ static int full_barrier(int slot) { return 5 + slot; }
+  __device__ __forceinline__ static int empty_barrier(int slot) { return 5 + kStages + slot; }
 };
 
-// Ring slots: 2 fit every sm_80+ card's shared memory (sizeof, printed on the host).
+// Two bf16 tiles and four raw stages: 180,224 B for v32_fp8, 162,816 B for v4_fp8 (sizeof), so
+// sm_90 runs both and the A100 (163 KiB) v4_fp8; where it does not fit (sm_86 / sm_89's 99 KiB)
+// the split kernel's 16 x 32 tile runs (kernel_tables.cpp decode_entry).
 inline constexpr int kWarpSpecializedStages = 2;
+inline constexpr int kWarpSpecializedRawStages = 4;
 
-// One producer thread's share of a block, loaded before the slot is free: thread t of a group owns
-// 16-B tile chunk c = t % 64 of rows t / 64 + 2 i (i < 16), and (v32_fp8) 2 of the 256 tail
-// chunks 64..71. An e4m3 chunk is {8 bytes, scale bits} in .x .y .z; a bf16 tail chunk (v4_fp8's
-// chunks 56..63) the whole uint4, so both kinds share one register array.
-template <class Traits>
-struct ProducerShare {
-  static constexpr int kRowsPerThread = 16;
-  static constexpr int kQuantChunks = Traits::kQuantDims / 8;  // 64 (v32_fp8) or 56 (v4_fp8)
-  static constexpr int kLateChunks = Traits::kDqk / 8 - 64;    // tail chunks past 64: 8 or 0
-  static constexpr int kLateUnits = 32 * kLateChunks / 128;    // per thread: 2 or 0
-  uint4 chunk[kRowsPerThread];
-  uint4 late[kLateUnits > 0 ? kLateUnits : 1];
+// The blocks of a part in order, main then extra list of each query, skipping queries without
+// blocks: the producers' walk (the consumers walk queries, since every query is stored).
+template <int kBlockKeys>
+struct PartBlockCursor {
+  const DecodeLaunch* launch;
+  int32_t query, end_query, end_block;
+  QueryLists lists;
+  int block, block_end;
+
+  __device__ __forceinline__ void begin(const DecodeLaunch& l,
+                                        const planning::DecodePartSchedule& part) {
+    launch = &l;
+    query = part.begin_query;
+    end_query = part.end_query;
+    end_block = part.end_block;
+    block = part.begin_block;
+    block_end = 0;
+    if (query <= end_query) {
+      load();
+      settle();
+    }
+  }
+  __device__ __forceinline__ bool done() const { return block >= block_end; }
+  __device__ __forceinline__ void advance() {
+    ++block;
+    settle();
+  }
+
+ private:
+  __device__ __forceinline__ void load() {
+    const int64_t s_q = launch->p.problem.s_q;
+    lists = query_lists<kBlockKeys>(launch->p, query / s_q, query % s_q);
+    block_end = query == end_query ? end_block : lists.blocks_total;
+  }
+  __device__ __forceinline__ void settle() {
+    while (block >= block_end && query < end_query) {
+      ++query;
+      block = 0;
+      load();
+    }
+  }
 };
 
-// load: group thread `t`'s chunks of the block whose rows are row_ptr / scale_ptr (every row
-// pointer is in bounds: invalid slots point at slot 0; convert_and_store zero-fills them).
-template <class Shape, class Traits>
-__device__ __forceinline__ void load_share(int t, const uint8_t* const* row_ptr,
-                                           const uint8_t* const* scale_ptr,
-                                           ProducerShare<Traits>& share) {
-  using Share = ProducerShare<Traits>;
-  const int chunk = t % 64, row0 = t / 64;
-  if (chunk < Share::kQuantChunks) {
-#pragma unroll
-    for (int i = 0; i < Share::kRowsPerThread; ++i) {
-      const int row = row0 + 2 * i;
-      const uint2 bytes = ptx::ld_global_nc_v2(row_ptr[row] + 8 * chunk);
-      uint32_t scale_bits;
-      if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
-        scale_bits = __float_as_uint(ptx::ld_global_nc_f32(
-            row_ptr[row] + Traits::kScaleOffset + 4 * (chunk * 8 / Traits::kTileSize)));
-      } else {
-        scale_bits = __ldg(scale_ptr[row] + chunk * 8 / Traits::kTileSize);
-      }
-      share.chunk[i] = make_uint4(bytes.x, bytes.y, scale_bits, 0u);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < Share::kRowsPerThread; ++i) {
-      share.chunk[i] = ptx::ld_global_nc_v4(row_ptr[row0 + 2 * i] + Traits::kTailOffset +
-                                            16 * (chunk - Share::kQuantChunks));
-    }
-  }
-  if constexpr (Share::kLateUnits > 0) {
-#pragma unroll
-    for (int k = 0; k < Share::kLateUnits; ++k) {
-      const int u = t + 128 * k;
-      share.late[k] = ptx::ld_global_nc_v4(row_ptr[u / Share::kLateChunks] + Traits::kTailOffset +
-                                           16 * (u % Share::kLateChunks));
-    }
-  }
+// load (addresses), producer warp 0: slot `t` of the cursor's block from its index into raw
+// stage `stage`'s row addresses and validity.
+template <class Shape, class Traits, class Smem>
+__device__ __forceinline__ void stage_rows(const DecodeLaunch& launch,
+                                           const PartBlockCursor<Shape::kBlockKeys>& cursor,
+                                           int32_t index, int stage, int t, Smem& sm) {
+  const detail::KvCacheParams& cache =
+      cursor.block < cursor.lists.blocks_main ? launch.p.cache : launch.p.extra_cache;
+  const bool valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
+  const SlotRows rows = slot_rows<Traits>(cache, valid ? static_cast<uint32_t>(index) : 0u);
+  sm.row_ptr[stage][t] = rows.data;
+  if constexpr (!Traits::kScalesInRow) sm.scale_ptr[stage][t] = rows.scales;
+  sm.raw_valid[stage][t] = valid ? 1 : 0;
 }
 
-// dequantise + store: the share into `tile` (swizzled [32, d_qk] bf16), as kernel.cuh's
-// dequantize_block: every address a per-thread base plus a compile-time offset. kMasked: rows
-// whose bit in `rows_valid` (bit r = row r) is clear are stored as zeros (a block with invalid
-// slots: the row read was slot 0's, which may hold anything).
-template <class Shape, class Traits, bool kMasked>
-__device__ __forceinline__ void convert_and_store(int t, const ProducerShare<Traits>& share,
-                                                  uint8_t* tile, uint32_t rows_valid) {
-  using Share = ProducerShare<Traits>;
-  const int chunk = t % 64, row0 = t / 64;
-  const uint32_t column_base =
-      static_cast<uint32_t>((chunk >> 3) * (Shape::kBlockKeys * 128) + row0 * 128);
-  const uint32_t swizzle = static_cast<uint32_t>(((chunk & 7) ^ row0) << 4);
-  const uint32_t own_rows = rows_valid >> row0;  // bit 2 i: row row0 + 2 i
-  auto store = [&](int i, uint4 value) {
-    if constexpr (kMasked) {
-      if (((own_rows >> (2 * i)) & 1u) == 0u) value = make_uint4(0u, 0u, 0u, 0u);
-    }
-    *reinterpret_cast<uint4*>(tile + column_base + 256 * i +
-                              (swizzle ^ static_cast<uint32_t>(((2 * i) & 7) << 4))) = value;
-  };
-  if (chunk < Share::kQuantChunks) {
-#pragma unroll
-    for (int i = 0; i < Share::kRowsPerThread; ++i) {
-      const uint4 c = share.chunk[i];
-      float scale;
-      if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
-        scale = __uint_as_float(c.z);
-      } else {
-        scale = ue8m0_to_float(c.z);
-      }
-      store(i, dequant_e4m3x8(make_uint2(c.x, c.y), scale));
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < Share::kRowsPerThread; ++i) store(i, share.chunk[i]);
-  }
-  if constexpr (Share::kLateUnits > 0) {
-#pragma unroll
-    for (int k = 0; k < Share::kLateUnits; ++k) {
-      const int u = t + 128 * k;
-      const int row = u / Share::kLateChunks;
-      uint4 value = share.late[k];
-      if constexpr (kMasked) {
-        if (((rows_valid >> row) & 1u) == 0u) value = make_uint4(0u, 0u, 0u, 0u);
-      }
-      *reinterpret_cast<uint4*>(
-          tile + tile_chunk_offset<Shape::kBlockKeys>(row, 64 + u % Share::kLateChunks)) = value;
-    }
-  }
-}
-
-// Calls f(lists, block, j) for every block of the part in order (j counts from 0); returns the
-// number of blocks.
-template <class Shape, class BlockFn>
-__device__ __forceinline__ int for_each_part_block(const DecodeLaunch& launch,
-                                                   const planning::DecodePartSchedule& part,
-                                                   BlockFn f) {
-  const int64_t s_q = launch.p.problem.s_q;
-  int j = 0;
-  for (int32_t query = part.begin_query; query <= part.end_query; ++query) {
-    const QueryLists lists = query_lists<Shape::kBlockKeys>(launch.p, query / s_q, query % s_q);
-    const int block_begin = query == part.begin_query ? part.begin_block : 0;
-    const int block_end = query == part.end_query ? part.end_block : lists.blocks_total;
-    for (int block = block_begin; block < block_end; ++block) f(lists, block, j++);
-  }
-  return j;
-}
-
-// Producer group `group` (thread t of 128): fills slots j % kStages for the part's blocks j with
-// j % 2 == group.
+// The producers (thread t of 256). Block j: staged (addresses) in iteration j - kRawStages (or
+// the prologue), gathered in iteration j - kRawStages + 1, converted into tile j % kStages in
+// iteration j. One producer barrier per block.
 template <class Shape, class Traits, class Smem>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
-                                        const planning::DecodePartSchedule& part, int group, int t,
+                                        const planning::DecodePartSchedule& part, int t,
                                         Smem& sm) {
-  const detail::DecodeParams& p = launch.p;
-  int fills = 0;
-  const int blocks = for_each_part_block<Shape>(launch, part, [&](const QueryLists& lists,
-                                                                  int block, int j) {
-    if (j % 2 != group) return;
-    const int buf = fills & 1;
-    const int slot = j % Smem::kStages;
-    // load (addresses): the group's first warp, one slot per lane.
-    bool lane_valid = false;
-    if (t < 32) {
-      const int32_t index = slot_index<Shape>(lists, block, t);
-      const detail::KvCacheParams& cache = block < lists.blocks_main ? p.cache : p.extra_cache;
-      lane_valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
-      const SlotRows rows =
-          slot_rows<Traits>(cache, lane_valid ? static_cast<uint32_t>(index) : 0u);
-      sm.row_ptr[group][buf][t] = rows.data;
-      if constexpr (!Traits::kScalesInRow) sm.scale_ptr[group][buf][t] = rows.scales;
-      const uint32_t mask = __ballot_sync(0xffffffffu, lane_valid);
-      if (t == 0) sm.valid_mask[group][buf] = mask;
+  constexpr int kRaw = Smem::kRawStages;
+  auto producer_sync = [] {
+    ptx::named_barrier_sync(WarpRoles::kProducerBarrier, WarpRoles::kProducerThreads);
+  };
+  auto gather = [&](int stage) {
+    gather_raw_rows<Shape, Traits, Shape::kBlockKeys>(smem_u32(sm.raw[stage]), t,
+                                                      sm.row_ptr[stage], sm.scale_ptr[stage],
+                                                      sm.raw_valid[stage]);
+  };
+  PartBlockCursor<Shape::kBlockKeys> cursor;  // the next block to stage
+  cursor.begin(launch, part);
+  int staged = 0;
+  for (; staged < kRaw && !cursor.done(); ++staged, cursor.advance()) {
+    if (t < Shape::kBlockKeys) {
+      stage_rows<Shape, Traits>(launch, cursor, slot_index<Shape>(cursor.lists, cursor.block, t),
+                                staged, t, sm);
     }
-    ptx::named_barrier_sync(WarpRoles::group_barrier(group), WarpRoles::kGroupThreads);
-    ProducerShare<Traits> share;
-    load_share<Shape, Traits>(t, sm.row_ptr[group][buf], sm.scale_ptr[group][buf], share);
-    const uint32_t rows_valid = sm.valid_mask[group][buf];
-    // The slot's previous block (j - kStages) is done once the consumers arrive on empty.
+  }
+  producer_sync();
+  for (int j = 0; j < kRaw - 1; ++j) {
+    if (j < staged) gather(j);
+    ptx::cp_async_commit();
+  }
+  for (int j = 0; j < staged; ++j) {
+    const int stage = j % kRaw, slot = j % Smem::kStages;
+    // Block j + kRaw's indices, requested now: needed only after the wait and the conversion.
+    const bool stage_next = !cursor.done();
+    const int32_t next_index =
+        stage_next ? slot_index<Shape>(cursor.lists, cursor.block, t) : -1;
+    ptx::cp_async_wait<kRaw - 2>();  // this thread's copies of block j landed
+    // Every producer's copies of block j landed; block j + kRaw - 1's addresses are staged; every
+    // producer is done with raw stage (j - 1) % kRaw, which block j + kRaw - 1 refills.
+    producer_sync();
+    if (j + kRaw - 1 < staged) gather((j + kRaw - 1) % kRaw);
+    ptx::cp_async_commit();
+    // Tile `slot` held block j - kStages until the consumers arrived on empty.
     if (j >= Smem::kStages) {
-      ptx::named_barrier_sync(Smem::empty_barrier(slot), WarpRoles::kHandOffThreads);
+      ptx::named_barrier_sync(Smem::empty_barrier(slot),
+                              WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
     }
-    if (rows_valid == 0xffffffffu) {
-      convert_and_store<Shape, Traits, false>(t, share, sm.kv[slot], rows_valid);
-    } else {
-      convert_and_store<Shape, Traits, true>(t, share, sm.kv[slot], rows_valid);
+    dequantize_rows<Shape, Traits>(t, sm, stage, slot);
+    if (t < Shape::kBlockKeys) sm.valid[slot][t] = sm.raw_valid[stage][t];
+    ptx::named_barrier_arrive(Smem::full_barrier(slot),
+                              WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
+    // Block j + kRaw into raw stage j % kRaw: its rows were read by this iteration's conversion,
+    // its addresses and flags only by this warp (the flags just above) and the gather long done.
+    if (stage_next) {
+      if (t < Shape::kBlockKeys) stage_rows<Shape, Traits>(launch, cursor, next_index, stage, t, sm);
+      ++staged;
+      cursor.advance();
     }
-    if (t < 32) sm.valid[slot][t] = lane_valid ? 1 : 0;
-    ptx::named_barrier_arrive(Smem::full_barrier(slot), WarpRoles::kHandOffThreads);
-    ++fills;
-  });
+  }
   // Drain: the consumers arrive on empty after every block; the arrivals of the last kStages
-  // blocks have no later fill to consume them.
-  for (int j = blocks > Smem::kStages ? blocks - Smem::kStages : 0; j < blocks; ++j) {
-    if (j % 2 == group) {
-      ptx::named_barrier_sync(Smem::empty_barrier(j % Smem::kStages), WarpRoles::kHandOffThreads);
-    }
+  // blocks have no later conversion to consume them.
+  for (int j = staged > Smem::kStages ? staged - Smem::kStages : 0; j < staged; ++j) {
+    ptx::named_barrier_sync(Smem::empty_barrier(j % Smem::kStages),
+                            WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
   }
 }
 
@@ -289,9 +247,11 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
     }
     for (int block = block_begin; block < block_end; ++block, ++j) {
       const int slot = j % Smem::kStages;
-      ptx::named_barrier_sync(Smem::full_barrier(slot), WarpRoles::kHandOffThreads);
+      ptx::named_barrier_sync(Smem::full_barrier(slot),
+                              WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
       Core::process_block(sm, smem_u32(sm.kv[slot]), sm.valid[slot], scale_log2, w, acc);
-      ptx::named_barrier_arrive(Smem::empty_barrier(slot), WarpRoles::kHandOffThreads);
+      ptx::named_barrier_arrive(Smem::empty_barrier(slot),
+                                WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
     }
     Core::store(sm, PieceTarget{&launch, b, s, planning::piece_partial_slot(part, query,
                                                                             launch.split_offsets),
@@ -300,10 +260,10 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
   }
 }
 
-template <class Shape, class Traits, int kStages>
+template <class Shape, class Traits, int kStages, int kRawStages>
 __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
     warp_specialized_decode_kernel(const DecodeLaunch launch) {
-  using Smem = WarpSpecializedSmem<Shape, Traits, kStages>;
+  using Smem = WarpSpecializedSmem<Shape, Traits, kStages, kRawStages>;
   extern __shared__ __align__(1024) uint8_t smem_bytes[];
   auto& sm = *reinterpret_cast<Smem*>(smem_bytes);
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
@@ -311,15 +271,14 @@ __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
   if (thread < WarpRoles::kConsumerThreads) {
     consume<Shape>(launch, part, static_cast<int>(blockIdx.y) * Shape::kRows, thread, sm);
   } else {
-    const int t = thread - WarpRoles::kConsumerThreads;
-    produce<Shape, Traits>(launch, part, t / WarpRoles::kGroupThreads,
-                           t % WarpRoles::kGroupThreads, sm);
+    produce<Shape, Traits>(launch, part, thread - WarpRoles::kConsumerThreads, sm);
   }
 }
 
 template <KvCacheFormat kFormat, int kDqk>
 using WarpSpecializedKernelSmem =
-    WarpSpecializedSmem<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>, kWarpSpecializedStages>;
+    WarpSpecializedSmem<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>, kWarpSpecializedStages,
+                        kWarpSpecializedRawStages>;
 
 template <KvCacheFormat kFormat, int kDqk>
 int warp_specialized_decode_smem_bytes() {
@@ -329,7 +288,7 @@ int warp_specialized_decode_smem_bytes() {
 template <KvCacheFormat kFormat, int kDqk>
 int warp_specialized_decode_ctas_per_sm() {
   auto kernel = warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
-                                               kWarpSpecializedStages>;
+                                               kWarpSpecializedStages, kWarpSpecializedRawStages>;
   const int smem = warp_specialized_decode_smem_bytes<kFormat, kDqk>();
   int ctas = 0;
   if (ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
@@ -344,7 +303,7 @@ int warp_specialized_decode_ctas_per_sm() {
 template <KvCacheFormat kFormat, int kDqk>
 Status launch_warp_specialized_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   auto kernel = warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
-                                               kWarpSpecializedStages>;
+                                               kWarpSpecializedStages, kWarpSpecializedRawStages>;
   const int smem = warp_specialized_decode_smem_bytes<kFormat, kDqk>();
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
   const dim3 grid(static_cast<unsigned>(launch.num_parts),
