@@ -402,6 +402,34 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
   return {};
 }
 
+// The kernel and launch of a decode call; plan and run both ask, so that they agree. The
+// warp-specialised 16-row kernel (decode_entry) runs where its parts fit one wave of resident
+// CTAs (one per SM): a part starts with a serial chain (indices, gather, dequantisation) before
+// its first MMA, which the part-count rule's short parts in several waves pay again and again,
+// while the split kernel runs two CTAs per SM. Measured on the H200 (session 14, 16 heads,
+// benchmarks/results/exp-decode-warp-specialized-groups-2026-11-30/): one wave, V3.2 b = 64
+// 89.8 us (split kernel 99.4), V4 b = 128 38.6 (48.6), b = 1 13.6 (13.7); V4 b = 64 (320 parts of
+// >= 5 units) 35.4 (28.8), so that falls back, and so does b = 12 (150 parts: 16.2 against 17.6;
+// the rule does not model a second wave's start).
+Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimits& limits,
+                            const DecodeEntry** entry, DecodeLaunchShape* shape) {
+  SMLA_RETURN_IF_ERROR(decode_launch_shape(problem, limits, **entry, shape));
+  const DecodeEntry& chosen = **entry;
+  if (!chosen.warp_specialized ||
+      static_cast<int64_t>(shape->num_parts) * shape->head_groups <=
+          static_cast<int64_t>(limits.sm_count) * shape->ctas_per_sm) {
+    return {};
+  }
+  for (const DecodeEntry& e : kDecodeEntries) {
+    if (!e.warp_specialized && e.format == chosen.format && e.d_qk == chosen.d_qk &&
+        e.rows == chosen.rows && e.block_keys == chosen.block_keys) {
+      *entry = &e;
+      return decode_launch_shape(problem, limits, e, shape);
+    }
+  }
+  return {};
+}
+
 // " (SMLA_DECODE_BLOCK_KEYS=64 does not fit N B of shared memory)" when the forced key count
 // lost to the fallback (a device, or an SMLA_DEVICE_SMEM_OPTIN cap, with less shared memory than
 // that tile needs), so that the plan says why the knob did not take; "" otherwise.
@@ -420,7 +448,7 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
   cuda::DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(problem.device.index));
   DecodeLaunchShape shape;
-  SMLA_RETURN_IF_ERROR(decode_launch_shape(problem, limits, *entry, &shape));
+  SMLA_RETURN_IF_ERROR(choose_decode_launch(problem, limits, &entry, &shape));
   const int64_t num_queries = problem.b * problem.s_q;
   const planning::DecodeWorkspaceLayout layout =
       planning::decode_workspace_layout(num_queries, shape.num_parts, problem.h_q, 512);
@@ -462,15 +490,16 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
                             " parts (" + std::to_string(layout.total_bytes) + " bytes)");
   }
   auto stream = static_cast<cudaStream_t>(options.stream);
+  // The plan's kernel: plan and run ask choose_decode_launch with the same problem.
+  DecodeLaunchShape shape;
+  SMLA_RETURN_IF_ERROR(choose_decode_launch(params.problem, limits, &entry, &shape));
   // Planner and split kernel stay ordinary launches: the combine (a programmatic dependent of
   // the split kernel) reads the planner's split_offsets before its grid-dependency wait, which
   // is safe only while the planner has completed before the split kernel starts.
   if (schedule == DecodeSchedule::kBuild) {
-    // The plan keeps the part count; the floor of units per part follows from the same problem
-    // (plan and run ask decode_launch_shape). A plan whose count the shape does not give (the
-    // part-count knob changed in between) runs the plain cost line.
-    DecodeLaunchShape shape;
-    SMLA_RETURN_IF_ERROR(decode_launch_shape(params.problem, limits, *entry, &shape));
+    // The plan keeps the part count; the floor of units per part follows from the same problem.
+    // A plan whose count the shape does not give (the part-count knob changed in between) runs
+    // the plain cost line.
     const int64_t min_units = shape.num_parts == num_parts ? shape.min_units : 0;
     SMLA_RETURN_IF_ERROR(cuda::launch_decode_planner(params, num_parts, min_units,
                                                      entry->block_keys, workspace, stream));

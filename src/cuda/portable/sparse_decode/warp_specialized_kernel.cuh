@@ -3,27 +3,30 @@
 // dequantisation moved out of the MMA warps. Grid (num_parts, head groups of 16: 1 for <= 16
 // heads, more only where a small shared memory makes the tile choice fall back to 16 rows),
 // 512 threads, 1 CTA per SM:
-//   warps 0..7   consumers: the register-Q core (register_q_core.cuh) over a ring of kStages bf16
-//                tiles, synchronised with named barriers over their own 8 warps only;
-//   warps 8..15  producers: for block j of the part, resolve its 32 row addresses (kRawStages
-//                blocks ahead), gather its raw FP8 rows with cp.async into a ring of kRawStages
-//                raw stages (kRawStages - 1 blocks in flight while one is converted), wait for
-//                tile j % kStages to be free, dequantise into it (raw_rows.cuh: exact fp32 scale
-//                products, one rounding) and signal it full.
-// Hand-offs per tile slot s: full(s) = bar.arrive by the 256 producer threads + bar.sync by the 256
-// consumer threads; empty(s) = bar.arrive by the consumers after their P.V + bar.sync by the
-// producers before they overwrite the slot (skipped for a slot's first fill). The producers drain
-// the empty arrivals of the last blocks before they exit, so every barrier ends complete.
-// Why (docs/kernels/portable_sparse_decode.md, "Session 14"): in kernel.cuh the same 8 warps
-// gather, dequantise and multiply between CTA barriers, and 16 heads stayed at 0.54x the 64-head
-// time at V3.2 b = 64; here each block's QK^T / softmax / P.V chain overlaps the gathers and
-// conversions of the next blocks. A first version that loaded the FP8 bytes straight into the
-// producers' registers (FlashMLA's producer) kept one block per 4-warp group in flight, ~1.8 TB/s,
-// and measured 0.96x the split kernel at V3.2 b = 64 and 1.11x at V4 b = 64
-// (benchmarks/results/ab-decode-warp-specialized-registers-2026-11-30/). Registers: 512 threads x
-// 128 = the whole file on sm_80..sm_90, with no setmaxnreg, so one source serves every card; the
-// consumers run the register-Q core at the same 128-register cap as the split kernel's 2-CTA
-// launch.
+//   warps 0..7   consumers: the register-Q core (register_q_core.cuh) over two bf16 tiles,
+//                synchronised with named barriers over their own 8 warps only;
+//   warps 8..15  producers, two groups of 4 warps: group g takes the part's blocks j = g, g + 2,
+//                ... into tile g. Per block it resolves the 32 row addresses (kRawStages blocks
+//                ahead), gathers the raw FP8 rows with cp.async into its ring of kRawStages raw
+//                stages, waits for tile g to be free, dequantises into it (raw_rows.cuh: exact
+//                fp32 scale products, one rounding) and signals it full. The two groups convert
+//                two blocks at once.
+// Hand-offs per tile g: full(g) = bar.arrive by group g's 128 threads + bar.sync by the 256
+// consumer threads; empty(g) = bar.arrive by the consumers after their P.V + bar.sync by group g
+// before it overwrites the tile (skipped for its first block). Each group drains the consumers'
+// last empty arrival before it exits, so every barrier ends complete. compute-sanitizer racecheck
+// (CUDA 13.0) does not model arrive / sync hand-offs (scripts/experiments/
+// racecheck_arrive_probe.cu) and reports hazards on this protocol; gpu_check.sh runs its
+// racecheck on the split kernel.
+// Why and measured (H200, docs/kernels/portable_sparse_decode.md "Session 14"): in kernel.cuh the
+// same 8 warps gather, dequantise and multiply between CTA barriers, and 16 heads stayed at 0.54x
+// the 64-head time at V3.2 b = 64 (99.4 us). This kernel: 89.8 us (0.49x). Versions measured:
+// FP8 bytes loaded straight into two groups' registers (FlashMLA's producer; one block per group
+// in flight) 95.4 us; one 8-warp producer over a 4-stage cp.async ring 102 us (its producers
+// alone took 85 us: one conversion at a time, a serial chain per block); two groups with 3 raw
+// stages each 92.8 us. Registers: 512 threads x 128 = the whole file on sm_80..sm_90, with no
+// setmaxnreg, so one source serves every card; the consumers run the register-Q core at the same
+// 128-register cap as the split kernel's 2-CTA launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -49,10 +52,14 @@ namespace sparse_mla::cuda::portable_decode {
 // Roles and barrier ids. Ids 1 and 2 are the register-Q core's exchange barriers (1 + key half).
 struct WarpRoles {
   static constexpr int kConsumerThreads = 256;  // the register-Q core's 8 warps
-  static constexpr int kProducerThreads = 256;  // 8 warps, the thread count raw_rows.cuh sees
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kGroupThreads = 128;     // a producer group: 4 warps
+  static constexpr int kThreads = kConsumerThreads + 2 * kGroupThreads;
+  static constexpr int kHandOffThreads = kConsumerThreads + kGroupThreads;  // full / empty
   static constexpr int kConsumerBarrier = 3;
-  static constexpr int kProducerBarrier = 4;
+  __device__ __forceinline__ static int group_barrier(int group) { return 4 + group; }
+  // Tile g is filled by group g: full(g) and empty(g).
+  __device__ __forceinline__ static int full_barrier(int group) { return 6 + group; }
+  __device__ __forceinline__ static int empty_barrier(int group) { return 8 + group; }
 };
 
 // The barrier over the consumers' 8 warps (RegisterQCore's Barrier).
@@ -62,35 +69,39 @@ struct ConsumerBarrier {
   }
 };
 
-template <class Shape, class Traits, int kStagesValue, int kRawStagesValue>
+// The shape a producer group's 128 threads see in raw_rows.cuh (gather and dequantisation: the
+// thread count and the block's keys and dims).
+template <int kDqk>
+using ProducerShape = TileDims<kDqk, 16, 4, 32>;
+
+template <class Shape, class Traits, int kRawStagesValue>
 struct WarpSpecializedSmem {
-  static constexpr int kStages = kStagesValue;        // bf16 tiles
-  static constexpr int kRawStages = kRawStagesValue;  // raw stages: kRawStages - 1 gathers in flight
+  static constexpr int kRawStages = kRawStagesValue;  // per group: kRawStages - 1 gathers in flight
   static constexpr int kRawBytes = Shape::kBlockKeys * RawRow<Traits>::kPitch;
   static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
-  static_assert(5 + 2 * kStages <= 16 && kRawStages >= 2, "16 named barriers per CTA");
+  static_assert(kRawStages >= 2);
 
-  alignas(1024) uint8_t q[Shape::kQBytes];                 // [16, d_qk] bf16; then the exchange
-  alignas(1024) uint8_t kv[kStages][Shape::kKvTileBytes];  // ring of [32, d_qk] bf16 tiles
-  alignas(1024) uint8_t p[Shape::kPBytes];                 // [16, 64] bf16, swizzled
-  alignas(16) uint8_t raw[kRawStages][kRawBytes];          // ring of [32, kPitch] raw token rows
-  float red_max[Shape::kKeyGroups * Shape::kRows];         // [4, 16]
-  float red_sum[Shape::kKeyGroups * Shape::kRows];         // [4, 16]
-  uint8_t valid[kStages][Shape::kBlockKeys];               // per tile: key validity (consumers)
-  // Per raw stage: the block's row addresses and slot validity, staged by producer warp 0.
-  const uint8_t* row_ptr[kRawStages][Shape::kBlockKeys];
-  const uint8_t* scale_ptr[kRawStages][kScaleRows];
-  uint8_t raw_valid[kRawStages][Shape::kBlockKeys];
-
-  __device__ __forceinline__ static int full_barrier(int slot) { return 5 + slot; }
-  __device__ __forceinline__ static int empty_barrier(int slot) { return 5 + kStages + slot; }
+  alignas(1024) uint8_t q[Shape::kQBytes];           // [16, d_qk] bf16; then the exchange
+  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // tile g: [32, d_qk] bf16 of group g
+  alignas(1024) uint8_t p[Shape::kPBytes];           // [16, 64] bf16, swizzled
+  alignas(16) uint8_t raw[2 * kRawStages][kRawBytes];  // group g: stages g * kRawStages + s
+  float red_max[Shape::kKeyGroups * Shape::kRows];     // [4, 16]
+  float red_sum[Shape::kKeyGroups * Shape::kRows];     // [4, 16]
+  uint8_t valid[2][Shape::kBlockKeys];                 // per tile: key validity (consumers)
+  // Per raw stage: the block's row addresses and slot validity, staged by the group's first warp.
+  const uint8_t* row_ptr[2 * kRawStages][Shape::kBlockKeys];
+  const uint8_t* scale_ptr[2 * kRawStages][kScaleRows];
+  uint8_t raw_valid[2 * kRawStages][Shape::kBlockKeys];
 };
 
-// Two bf16 tiles and four raw stages: 180,224 B for v32_fp8, 162,816 B for v4_fp8 (sizeof), so
-// sm_90 runs both and the A100 (163 KiB) v4_fp8; where it does not fit (sm_86 / sm_89's 99 KiB)
-// the split kernel's 16 x 32 tile runs (kernel_tables.cpp decode_entry).
-inline constexpr int kWarpSpecializedStages = 2;
-inline constexpr int kWarpSpecializedRawStages = 4;
+// Two raw stages per group (one gather in flight while the other stage converts): 180,224 B for
+// v32_fp8, 162,816 B for v4_fp8 (sizeof), so sm_90 runs both and the A100 (163 KiB) v4_fp8; where
+// it does not fit (sm_86 / sm_89's 99 KiB) the split kernel's 16 x 32 tile runs
+// (kernel_tables.cpp decode_entry).
+#ifndef SMLA_WS_RAW_STAGES
+#define SMLA_WS_RAW_STAGES 2
+#endif
+inline constexpr int kWarpSpecializedRawStages = SMLA_WS_RAW_STAGES;
 
 // The blocks of a part in order, main then extra list of each query, skipping queries without
 // blocks: the producers' walk (the consumers walk queries, since every query is stored).
@@ -135,11 +146,11 @@ struct PartBlockCursor {
   }
 };
 
-// load (addresses), producer warp 0: slot `t` of the cursor's block from its index into raw
+// load (addresses), a group's first warp: slot `t` of the cursor's block from its index into raw
 // stage `stage`'s row addresses and validity.
-template <class Shape, class Traits, class Smem>
+template <class Traits, int kBlockKeys, class Smem>
 __device__ __forceinline__ void stage_rows(const DecodeLaunch& launch,
-                                           const PartBlockCursor<Shape::kBlockKeys>& cursor,
+                                           const PartBlockCursor<kBlockKeys>& cursor,
                                            int32_t index, int stage, int t, Smem& sm) {
   const detail::KvCacheParams& cache =
       cursor.block < cursor.lists.blocks_main ? launch.p.cache : launch.p.extra_cache;
@@ -150,70 +161,75 @@ __device__ __forceinline__ void stage_rows(const DecodeLaunch& launch,
   sm.raw_valid[stage][t] = valid ? 1 : 0;
 }
 
-// The producers (thread t of 256). Block j: staged (addresses) in iteration j - kRawStages (or
-// the prologue), gathered in iteration j - kRawStages + 1, converted into tile j % kStages in
-// iteration j. One producer barrier per block.
+// Producer group `group` (thread t of 128): the part's blocks j = 2 i + group, i = 0, 1, ...,
+// into tile `group`. Its i-th block: addresses staged in iteration i - kRaw (or the prologue),
+// gathered in iteration i - kRaw + 1 into raw stage i % kRaw, converted in iteration i. One group
+// barrier per block; the two groups convert two blocks at once.
 template <class Shape, class Traits, class Smem>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
-                                        const planning::DecodePartSchedule& part, int t,
+                                        const planning::DecodePartSchedule& part, int group, int t,
                                         Smem& sm) {
+  using Producer = ProducerShape<Shape::kDqk>;
   constexpr int kRaw = Smem::kRawStages;
-  auto producer_sync = [] {
-    ptx::named_barrier_sync(WarpRoles::kProducerBarrier, WarpRoles::kProducerThreads);
+  const int first_stage = group * kRaw;
+  auto group_sync = [&] {
+    ptx::named_barrier_sync(WarpRoles::group_barrier(group), WarpRoles::kGroupThreads);
   };
   auto gather = [&](int stage) {
-    gather_raw_rows<Shape, Traits, Shape::kBlockKeys>(smem_u32(sm.raw[stage]), t,
-                                                      sm.row_ptr[stage], sm.scale_ptr[stage],
-                                                      sm.raw_valid[stage]);
+    gather_raw_rows<Producer, Traits, Shape::kBlockKeys>(smem_u32(sm.raw[stage]), t,
+                                                         sm.row_ptr[stage], sm.scale_ptr[stage],
+                                                         sm.raw_valid[stage]);
   };
-  PartBlockCursor<Shape::kBlockKeys> cursor;  // the next block to stage
+  PartBlockCursor<Shape::kBlockKeys> cursor;  // the group's next block to stage
   cursor.begin(launch, part);
+  if (group == 1 && !cursor.done()) cursor.advance();
+  auto next_block = [&] {  // this group's blocks are every other block of the part
+    cursor.advance();
+    if (!cursor.done()) cursor.advance();
+  };
   int staged = 0;
-  for (; staged < kRaw && !cursor.done(); ++staged, cursor.advance()) {
+  for (; staged < kRaw && !cursor.done(); ++staged, next_block()) {
     if (t < Shape::kBlockKeys) {
-      stage_rows<Shape, Traits>(launch, cursor, slot_index<Shape>(cursor.lists, cursor.block, t),
-                                staged, t, sm);
+      stage_rows<Traits>(launch, cursor, slot_index<Shape>(cursor.lists, cursor.block, t),
+                         first_stage + staged, t, sm);
     }
   }
-  producer_sync();
-  for (int j = 0; j < kRaw - 1; ++j) {
-    if (j < staged) gather(j);
+  group_sync();
+  for (int i = 0; i < kRaw - 1; ++i) {
+    if (i < staged) gather(first_stage + i);
     ptx::cp_async_commit();
   }
-  for (int j = 0; j < staged; ++j) {
-    const int stage = j % kRaw, slot = j % Smem::kStages;
-    // Block j + kRaw's indices, requested now: needed only after the wait and the conversion.
+  for (int i = 0; i < staged; ++i) {
+    const int stage = first_stage + i % kRaw;
+    // The indices of the block staged at the end of this iteration, requested now.
     const bool stage_next = !cursor.done();
     const int32_t next_index =
         stage_next ? slot_index<Shape>(cursor.lists, cursor.block, t) : -1;
-    ptx::cp_async_wait<kRaw - 2>();  // this thread's copies of block j landed
-    // Every producer's copies of block j landed; block j + kRaw - 1's addresses are staged; every
-    // producer is done with raw stage (j - 1) % kRaw, which block j + kRaw - 1 refills.
-    producer_sync();
-    if (j + kRaw - 1 < staged) gather((j + kRaw - 1) % kRaw);
+    ptx::cp_async_wait<kRaw - 2>();  // this thread's copies of block i landed
+    // Every copy of block i landed; block i + kRaw - 1's addresses are staged; the group is done
+    // with raw stage (i - 1) % kRaw, which block i + kRaw - 1 refills.
+    group_sync();
+    if (i + kRaw - 1 < staged) gather(first_stage + (i + kRaw - 1) % kRaw);
     ptx::cp_async_commit();
-    // Tile `slot` held block j - kStages until the consumers arrived on empty.
-    if (j >= Smem::kStages) {
-      ptx::named_barrier_sync(Smem::empty_barrier(slot),
-                              WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
+    // Tile `group` held the group's previous block until the consumers arrived on empty.
+    if (i > 0) {
+      ptx::named_barrier_sync(WarpRoles::empty_barrier(group), WarpRoles::kHandOffThreads);
     }
-    dequantize_rows<Shape, Traits>(t, sm, stage, slot);
-    if (t < Shape::kBlockKeys) sm.valid[slot][t] = sm.raw_valid[stage][t];
-    ptx::named_barrier_arrive(Smem::full_barrier(slot),
-                              WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
-    // Block j + kRaw into raw stage j % kRaw: its rows were read by this iteration's conversion,
+    dequantize_rows<Producer, Traits>(t, sm, stage, group);
+    if (t < Shape::kBlockKeys) sm.valid[group][t] = sm.raw_valid[stage][t];
+    ptx::named_barrier_arrive(WarpRoles::full_barrier(group), WarpRoles::kHandOffThreads);
+    // Block i + kRaw into raw stage i % kRaw: its rows were read by this iteration's conversion,
     // its addresses and flags only by this warp (the flags just above) and the gather long done.
     if (stage_next) {
-      if (t < Shape::kBlockKeys) stage_rows<Shape, Traits>(launch, cursor, next_index, stage, t, sm);
+      if (t < Shape::kBlockKeys) stage_rows<Traits>(launch, cursor, next_index, stage, t, sm);
       ++staged;
-      cursor.advance();
+      next_block();
     }
   }
-  // Drain: the consumers arrive on empty after every block; the arrivals of the last kStages
-  // blocks have no later conversion to consume them.
-  for (int j = staged > Smem::kStages ? staged - Smem::kStages : 0; j < staged; ++j) {
-    ptx::named_barrier_sync(Smem::empty_barrier(j % Smem::kStages),
-                            WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
+  // Drain: the consumers arrive on empty after each of this group's blocks; the last arrival has
+  // no later conversion to consume it.
+  if (staged > 0) {
+    ptx::named_barrier_sync(WarpRoles::empty_barrier(group), WarpRoles::kHandOffThreads);
   }
 }
 
@@ -246,12 +262,10 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
       Core::begin_piece(sm, w, acc);
     }
     for (int block = block_begin; block < block_end; ++block, ++j) {
-      const int slot = j % Smem::kStages;
-      ptx::named_barrier_sync(Smem::full_barrier(slot),
-                              WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
-      Core::process_block(sm, smem_u32(sm.kv[slot]), sm.valid[slot], scale_log2, w, acc);
-      ptx::named_barrier_arrive(Smem::empty_barrier(slot),
-                                WarpRoles::kConsumerThreads + WarpRoles::kProducerThreads);
+      const int group = j & 1;  // the producer group, and its tile
+      ptx::named_barrier_sync(WarpRoles::full_barrier(group), WarpRoles::kHandOffThreads);
+      Core::process_block(sm, smem_u32(sm.kv[group]), sm.valid[group], scale_log2, w, acc);
+      ptx::named_barrier_arrive(WarpRoles::empty_barrier(group), WarpRoles::kHandOffThreads);
     }
     Core::store(sm, PieceTarget{&launch, b, s, planning::piece_partial_slot(part, query,
                                                                             launch.split_offsets),
@@ -260,10 +274,10 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
   }
 }
 
-template <class Shape, class Traits, int kStages, int kRawStages>
+template <class Shape, class Traits, int kRawStages>
 __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
     warp_specialized_decode_kernel(const DecodeLaunch launch) {
-  using Smem = WarpSpecializedSmem<Shape, Traits, kStages, kRawStages>;
+  using Smem = WarpSpecializedSmem<Shape, Traits, kRawStages>;
   extern __shared__ __align__(1024) uint8_t smem_bytes[];
   auto& sm = *reinterpret_cast<Smem*>(smem_bytes);
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
@@ -271,14 +285,15 @@ __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
   if (thread < WarpRoles::kConsumerThreads) {
     consume<Shape>(launch, part, static_cast<int>(blockIdx.y) * Shape::kRows, thread, sm);
   } else {
-    produce<Shape, Traits>(launch, part, thread - WarpRoles::kConsumerThreads, sm);
+    const int t = thread - WarpRoles::kConsumerThreads;
+    produce<Shape, Traits>(launch, part, t / WarpRoles::kGroupThreads,
+                           t % WarpRoles::kGroupThreads, sm);
   }
 }
 
 template <KvCacheFormat kFormat, int kDqk>
 using WarpSpecializedKernelSmem =
-    WarpSpecializedSmem<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>, kWarpSpecializedStages,
-                        kWarpSpecializedRawStages>;
+    WarpSpecializedSmem<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>, kWarpSpecializedRawStages>;
 
 template <KvCacheFormat kFormat, int kDqk>
 int warp_specialized_decode_smem_bytes() {
@@ -288,7 +303,7 @@ int warp_specialized_decode_smem_bytes() {
 template <KvCacheFormat kFormat, int kDqk>
 int warp_specialized_decode_ctas_per_sm() {
   auto kernel = warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
-                                               kWarpSpecializedStages, kWarpSpecializedRawStages>;
+                                               kWarpSpecializedRawStages>;
   const int smem = warp_specialized_decode_smem_bytes<kFormat, kDqk>();
   int ctas = 0;
   if (ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
@@ -303,7 +318,7 @@ int warp_specialized_decode_ctas_per_sm() {
 template <KvCacheFormat kFormat, int kDqk>
 Status launch_warp_specialized_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   auto kernel = warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
-                                               kWarpSpecializedStages, kWarpSpecializedRawStages>;
+                                               kWarpSpecializedRawStages>;
   const int smem = warp_specialized_decode_smem_bytes<kFormat, kDqk>();
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
   const dim3 grid(static_cast<unsigned>(launch.num_parts),
