@@ -2,7 +2,7 @@
 # Variants of the warp-specialised decode kernel, built with compile-time flags and timed on the
 # same cases in one device call (session 14; docs/kernels/portable_sparse_decode.md):
 #   scripts/experiments/warp_specialized_variants.sh OUT_DIR FILTER NAME:CUDA_FLAGS:ENV ...
-# e.g. base:: split::SMLA_DECODE_WARP_SPECIALIZED=0 raw3:-DSMLA_WS_RAW_STAGES=3:
+# e.g. base:: split::SMLA_DECODE_WARP_SPECIALIZED=0
 #      producers-only:-DSMLA_WS_BOUND=1: (with warp-specialized-bounds.patch applied)
 # Builds the CLI once per distinct CUDA_FLAGS (Release, sm_90a, in parallel), runs
 # `sparse-mla bench --suite tp-shards --filter FILTER` twice per variant (alternating), prints
