@@ -178,10 +178,10 @@ struct DecodeEntry {
       SMLA_DECODE_ENTRY(FORMAT, DQK, 64, 64), SMLA_DECODE_ENTRY(FORMAT, DQK, 64, 32)
 int no_pair_clusters() { return 0; }  // a 16-row tile has one head group
 #define SMLA_DECODE_WARP_SPECIALIZED_ENTRY(FORMAT, DQK)                                       \
-  DecodeEntry {                                                                              \
-    KvCacheFormat::FORMAT, DQK, 16, 32, true,                                                \
-        pd::launch_warp_specialized_decode<KvCacheFormat::FORMAT, DQK>,                      \
-        pd::warp_specialized_decode_smem_bytes<KvCacheFormat::FORMAT, DQK>,                  \
+  DecodeEntry {                                                                               \
+    KvCacheFormat::FORMAT, DQK, 16, 32, true,                                                 \
+        pd::launch_warp_specialized_decode<KvCacheFormat::FORMAT, DQK>,                       \
+        pd::warp_specialized_decode_smem_bytes<KvCacheFormat::FORMAT, DQK>,                   \
         pd::warp_specialized_decode_ctas_per_sm<KvCacheFormat::FORMAT, DQK>, no_pair_clusters \
   }
 constexpr std::array<DecodeEntry, 26> kDecodeEntries{{
@@ -415,9 +415,8 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
                             const DecodeEntry** entry, DecodeLaunchShape* shape) {
   SMLA_RETURN_IF_ERROR(decode_launch_shape(problem, limits, **entry, shape));
   const DecodeEntry& chosen = **entry;
-  if (!chosen.warp_specialized ||
-      static_cast<int64_t>(shape->num_parts) * shape->head_groups <=
-          static_cast<int64_t>(limits.sm_count) * shape->ctas_per_sm) {
+  if (!chosen.warp_specialized || static_cast<int64_t>(shape->num_parts) * shape->head_groups <=
+                                      static_cast<int64_t>(limits.sm_count) * shape->ctas_per_sm) {
     return {};
   }
   for (const DecodeEntry& e : kDecodeEntries) {

@@ -42,4 +42,17 @@ __device__ __forceinline__ void gather_rows_linear(uint32_t buffer, int thread,
   });
 }
 
+// The Q rows of one query token: heads head0 .. head0 + kRows - 1 of `token_q` (a row every
+// `head_stride_bytes`) into a swizzled bf16 tile; heads >= h_q are zero-filled from head 0's
+// (in-bounds) address. Prefill and decode load each token's head group this way.
+template <int kRows, int kChunks, int kThreads>
+__device__ __forceinline__ void gather_head_rows(uint32_t tile, int thread, const uint8_t* token_q,
+                                                 int64_t head_stride_bytes, int h_q, int head0) {
+  gather_rows_swizzled<kRows, kChunks, kThreads>(tile, thread, [&](int row) {
+    const int head = head0 + row;
+    const bool valid = head < h_q;
+    return RowSource{token_q + (valid ? head : 0) * head_stride_bytes, valid};
+  });
+}
+
 }  // namespace sparse_mla::cuda

@@ -18,4 +18,18 @@ cudaError_t ensure_max_dynamic_smem(Kernel* kernel, int bytes) {
   return ensure_max_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
 }
 
+// CTAs of `kernel` resident per SM on the current device at `threads` threads and `bytes` of
+// dynamic shared memory (the limit raised first), or 0 if either query fails (the error is
+// cleared; callers report "cannot be resident").
+template <class Kernel>
+int resident_ctas_per_sm(Kernel* kernel, int threads, int bytes) {
+  int ctas = 0;
+  if (ensure_max_dynamic_smem(kernel, bytes) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, threads, bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return ctas;
+}
+
 }  // namespace sparse_mla::cuda

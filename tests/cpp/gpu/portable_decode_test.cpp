@@ -159,8 +159,7 @@ void check_case(const verify::DecodeRecipe& recipe) {
   const bool producers_wanted = producers_env == nullptr || std::string(producers_env) != "0";
   const bool tile_16x32 = plan.reason.find(" of 16 rows x 32-key blocks") != std::string::npos;
   const bool producers = plan.reason.find("(8 producer warps)") != std::string::npos;
-  const bool may_produce =
-      producers_wanted && tile_16x32 && recipe.format != KvCacheFormat::kBf16;
+  const bool may_produce = producers_wanted && tile_16x32 && recipe.format != KvCacheFormat::kBf16;
   if (!may_produce) EXPECT_FALSE(producers) << plan.reason;
   if (may_produce && device.cc_major == 9 && std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
       plan.num_sm_parts <= device.sm_count) {

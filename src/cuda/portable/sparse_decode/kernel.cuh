@@ -194,16 +194,9 @@ int decode_smem_bytes() {
 template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>
 int decode_ctas_per_sm() {
   using Shape = DecodeShape<kDqk, kRows, kBlockKeys>;
-  auto kernel = portable_sparse_decode_kernel<Shape, KvTraits<kFormat, kDqk>>;
-  const int smem = decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>();
-  int ctas = 0;
-  if (ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, Shape::kThreads, smem) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return ctas;
+  return resident_ctas_per_sm(portable_sparse_decode_kernel<Shape, KvTraits<kFormat, kDqk>>,
+                              Shape::kThreads,
+                              decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>());
 }
 
 // The launch configuration of a paired launch: grid (num_parts, 2), clusters of (1, 2, 1).

@@ -83,15 +83,10 @@ __device__ __forceinline__ SlotRows slot_rows(const detail::KvCacheParams& cache
 template <class Shape, class Smem>
 __device__ __forceinline__ void load_q(const detail::DecodeParams& p, int64_t b, int64_t s,
                                        int head0, int thread, Smem& sm) {
-  const auto* base = reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
-  const int64_t stride_bytes = p.q_stride_h * 2;
-  const int h_q = static_cast<int>(p.problem.h_q);
-  gather_rows_swizzled<Shape::kRows, Shape::kChunksPerRow, Shape::kThreads>(
-      smem_u32(sm.q), thread, [&](int row) {
-        const int head = head0 + row;
-        const bool valid = head < h_q;
-        return RowSource{base + (valid ? head : 0) * stride_bytes, valid};
-      });
+  gather_head_rows<Shape::kRows, Shape::kChunksPerRow, Shape::kThreads>(
+      smem_u32(sm.q), thread,
+      reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s), p.q_stride_h * 2,
+      static_cast<int>(p.problem.h_q), head0);
 }
 
 }  // namespace sparse_mla::cuda::portable_decode

@@ -27,8 +27,9 @@ __device__ __forceinline__ void gather_raw_rows(uint32_t raw, int thread,
                                                 const uint8_t* valid, int row_base = 0) {
   using Raw = RawRow<Traits>;
   gather_rows_linear<kRows, Traits::kDataRowBytes / 16, Raw::kPitch, Shape::kThreads>(
-      raw + row_base * Raw::kPitch, thread,
-      [&](int r) { return RowSource{row_ptr[row_base + r], valid[row_base + r] != 0}; });
+      raw + row_base * Raw::kPitch, thread, [&](int r) {
+        return RowSource{row_ptr[row_base + r], valid[row_base + r] != 0};
+      });
   if constexpr (!Traits::kScalesInRow) {
     static_assert(Traits::kScaleRowBytes == 8, "scale rows are copied with one 8-B cp.async");
     if (thread < kRows) {
@@ -44,13 +45,13 @@ __device__ __forceinline__ void gather_raw_rows(uint32_t raw, int thread,
 // arguments nvcc no longer knew that the tile stores do not alias the raw loads, and scheduled
 // the split kernel differently). Shape::kThreads threads. A unit is one 16-B tile chunk (8 dims):
 // an e4m3 chunk times its tile's scale, or a copied chunk of the bf16 tail. Zero-filled (invalid)
-// rows have zero data and zero scales, so they dequantise to 0. Mapping: thread t owns chunk c = t % 64 of
-// rows r0 + kRowsPerPass * i (r0 = t / 64; chunks 0..63: v32_fp8's 64 e4m3 chunks, v4_fp8's 56 e4m3
-// + 8 tail chunks), then the chunks past 64 (v32_fp8's 8 tail chunks) are shared out. The row
-// loop is fully unrolled and every address is a per-thread base plus a compile-time offset: the
-// swizzle term (c ^ row) & 7 of row r0 + kRowsPerPass * i is (c ^ r0) ^ ((kRowsPerPass * i) & 7)
-// (r0 < kRowsPerPass, a power of 2), so a thread needs only 8 / kRowsPerPass distinct swizzled
-// column offsets.
+// rows have zero data and zero scales, so they dequantise to 0. Mapping: thread t owns chunk
+// c = t % 64 of rows r0 + kRowsPerPass * i (r0 = t / 64; chunks 0..63: v32_fp8's 64 e4m3 chunks,
+// v4_fp8's 56 e4m3 + 8 tail chunks), then the chunks past 64 (v32_fp8's 8 tail chunks) are
+// shared out. The row loop is fully unrolled and every address is a per-thread base plus a
+// compile-time offset: the swizzle term (c ^ row) & 7 of row r0 + kRowsPerPass * i is
+// (c ^ r0) ^ ((kRowsPerPass * i) & 7) (r0 < kRowsPerPass, a power of 2), so a thread needs only
+// 8 / kRowsPerPass distinct swizzled column offsets.
 // Measured (ncu source view, nvcc 13.0): the first version's flat u -> (u / 72, u % 72) loop
 // spent ~50 instructions per chunk, half of the split kernel's; the fixed-chunk loop that followed
 // (unrolled by 4, addresses recomputed per row, a branch in the ue8m0 decode) still spent ~43

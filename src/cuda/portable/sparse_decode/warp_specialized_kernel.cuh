@@ -81,9 +81,9 @@ struct WarpSpecializedSmem {
   static constexpr int kScaleRows = Traits::kScalesInRow ? 1 : Shape::kBlockKeys;
   static_assert(kRawStages >= 2);
 
-  alignas(1024) uint8_t q[Shape::kQBytes];           // [16, d_qk] bf16; then the exchange
-  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];  // tile g: [32, d_qk] bf16 of group g
-  alignas(1024) uint8_t p[Shape::kPBytes];           // [16, 64] bf16, swizzled
+  alignas(1024) uint8_t q[Shape::kQBytes];             // [16, d_qk] bf16; then the exchange
+  alignas(1024) uint8_t kv[2][Shape::kKvTileBytes];    // tile g: [32, d_qk] bf16 of group g
+  alignas(1024) uint8_t p[Shape::kPBytes];             // [16, 64] bf16, swizzled
   alignas(16) uint8_t raw[2 * kRawStages][kRawBytes];  // group g: stages g * kRawStages + s
   float red_max[Shape::kKeyGroups * Shape::kRows];     // [4, 16]
   float red_sum[Shape::kKeyGroups * Shape::kRows];     // [4, 16]
@@ -148,8 +148,8 @@ struct PartBlockCursor {
 // stage `stage`'s row addresses and validity.
 template <class Traits, int kBlockKeys, class Smem>
 __device__ __forceinline__ void stage_rows(const DecodeLaunch& launch,
-                                           const PartBlockCursor<kBlockKeys>& cursor,
-                                           int32_t index, int stage, int t, Smem& sm) {
+                                           const PartBlockCursor<kBlockKeys>& cursor, int32_t index,
+                                           int stage, int t, Smem& sm) {
   const detail::KvCacheParams& cache =
       cursor.block < cursor.lists.blocks_main ? launch.p.cache : launch.p.extra_cache;
   const bool valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
@@ -174,9 +174,8 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
     ptx::named_barrier_sync(WarpRoles::group_barrier(group), WarpRoles::kGroupThreads);
   };
   auto gather = [&](int stage) {
-    gather_raw_rows<Producer, Traits, Shape::kBlockKeys>(smem_u32(sm.raw[stage]), t,
-                                                         sm.row_ptr[stage], sm.scale_ptr[stage],
-                                                         sm.raw_valid[stage]);
+    gather_raw_rows<Producer, Traits, Shape::kBlockKeys>(
+        smem_u32(sm.raw[stage]), t, sm.row_ptr[stage], sm.scale_ptr[stage], sm.raw_valid[stage]);
   };
   PartBlockCursor<Shape::kBlockKeys> cursor;  // the group's next block to stage
   cursor.begin(launch, part);
@@ -201,8 +200,7 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
     const int stage = first_stage + i % kRaw;
     // The indices of the block staged at the end of this iteration, requested now.
     const bool stage_next = !cursor.done();
-    const int32_t next_index =
-        stage_next ? slot_index<Shape>(cursor.lists, cursor.block, t) : -1;
+    const int32_t next_index = stage_next ? slot_index<Shape>(cursor.lists, cursor.block, t) : -1;
     ptx::cp_async_wait<kRaw - 2>();  // this thread's copies of block i landed
     // Every copy of block i landed; block i + kRaw - 1's addresses are staged; the group is done
     // with raw stage (i - 1) % kRaw, which block i + kRaw - 1 refills.
@@ -265,9 +263,9 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
       Core::process_block(sm, smem_u32(sm.kv[group]), sm.valid[group], scale_log2, w, acc);
       ptx::named_barrier_arrive(WarpRoles::empty_barrier(group), WarpRoles::kHandOffThreads);
     }
-    Core::store(sm, PieceTarget{&launch, b, s, planning::piece_partial_slot(part, query,
-                                                                            launch.split_offsets),
-                                head0},
+    Core::store(sm,
+                PieceTarget{&launch, b, s,
+                            planning::piece_partial_slot(part, query, launch.split_offsets), head0},
                 w, acc);
   }
 }
@@ -284,8 +282,8 @@ __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
     consume<Shape>(launch, part, static_cast<int>(blockIdx.y) * Shape::kRows, thread, sm);
   } else {
     const int t = thread - WarpRoles::kConsumerThreads;
-    produce<Shape, Traits>(launch, part, t / WarpRoles::kGroupThreads,
-                           t % WarpRoles::kGroupThreads, sm);
+    produce<Shape, Traits>(launch, part, t / WarpRoles::kGroupThreads, t % WarpRoles::kGroupThreads,
+                           sm);
   }
 }
 
@@ -302,15 +300,8 @@ template <KvCacheFormat kFormat, int kDqk>
 int warp_specialized_decode_ctas_per_sm() {
   auto kernel = warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
                                                kWarpSpecializedRawStages>;
-  const int smem = warp_specialized_decode_smem_bytes<kFormat, kDqk>();
-  int ctas = 0;
-  if (ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&ctas, kernel, WarpRoles::kThreads, smem) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return ctas;
+  return resident_ctas_per_sm(kernel, WarpRoles::kThreads,
+                              warp_specialized_decode_smem_bytes<kFormat, kDqk>());
 }
 
 template <KvCacheFormat kFormat, int kDqk>

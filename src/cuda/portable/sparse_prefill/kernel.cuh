@@ -57,15 +57,9 @@ __device__ __forceinline__ void load_block_rows(int block, int thread, PrefillSm
 template <class Shape>
 __device__ __forceinline__ void load_q(const detail::PrefillParams& p, int64_t token, int head0,
                                        int thread, PrefillSmem<Shape>& sm) {
-  const auto* base = reinterpret_cast<const uint8_t*>(p.q + token * p.q_stride_s);
-  const int64_t stride_bytes = p.q_stride_h * 2;
-  const int h_q = static_cast<int>(p.problem.h_q);
-  gather_rows_swizzled<Shape::kRows, Shape::kChunksPerRow, Shape::kThreads>(
-      smem_u32(sm.q), thread, [&](int row) {
-        const int head = head0 + row;
-        const bool valid = head < h_q;
-        return RowSource{base + (valid ? head : 0) * stride_bytes, valid};
-      });
+  gather_head_rows<Shape::kRows, Shape::kChunksPerRow, Shape::kThreads>(
+      smem_u32(sm.q), thread, reinterpret_cast<const uint8_t*>(p.q + token * p.q_stride_s),
+      p.q_stride_h * 2, static_cast<int>(p.problem.h_q), head0);
 }
 
 // store: out [s_q, h_q, d_v] bf16 (sink applied), max_logits and lse [s_q, h_q] fp32, natural log.
