@@ -282,6 +282,7 @@ struct DecodeLaunchShape {
   int head_groups = 1;
   int num_parts = 1;
   int64_t min_units = 0;  // the schedule's floor of units per part (planning/decode_part_count.h)
+  int working_parts = 1;  // parts that hold blocks when every list is full
   int ctas_per_sm = 0;    // unpaired launches
   int clusters = 0;       // paired launches: resident 2-CTA clusters on the device; 0 = unpaired
 };
@@ -376,6 +377,7 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
     // The schedule's parts times the head groups fill every resident CTA slot once.
     shape->num_parts = std::max(1, limits.sm_count * shape->ctas_per_sm / shape->head_groups);
   }
+  shape->working_parts = shape->num_parts;
   // One or two CTAs (or one cluster) per SM: the slowest part sets the time, so the part count
   // follows the lists' bound (planning/decode_part_count.h). Measured on the H200: V4 b = 64 at
   // 32 / 64 heads (one CTA per SM) 0.75 / 0.78x the plain count's time; at 8 / 16 heads (the
@@ -390,6 +392,7 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
         part_count_of(problem.b * problem.s_q, bound_blocks, shape->num_parts);
     shape->num_parts = count.num_parts;
     shape->min_units = count.min_units;
+    shape->working_parts = count.working_parts;
   }
   // SMLA_DECODE_NUM_PARTS (cuda/knobs.h) replaces the count of an unpaired launch (and drops the
   // floor), for experiments on the trade between per-piece costs (entry, fp32 partial rows, the
@@ -398,24 +401,26 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
       forced && shape->clusters == 0) {
     shape->num_parts = *forced;
     shape->min_units = 0;
+    shape->working_parts = *forced;
   }
   return {};
 }
 
 // The kernel and launch of a decode call; plan and run both ask, so that they agree. The
-// warp-specialised 16-row kernel (decode_entry) runs where its parts fit one wave of resident
-// CTAs (one per SM): a part starts with a serial chain (indices, gather, dequantisation) before
-// its first MMA, which the part-count rule's short parts in several waves pay again and again,
-// while the split kernel runs two CTAs per SM. Measured on the H200 (session 14, 16 heads,
+// warp-specialised 16-row kernel (decode_entry) runs where its working parts (those that hold
+// blocks with full lists; the overhead-only ones exit at once) fit one wave of resident CTAs (one
+// per SM): a part starts with a serial chain (indices, gather, dequantisation) before its first
+// MMA, which the part-count rule's short parts in several waves pay again and again, while the
+// split kernel runs two CTAs per SM. Measured on the H200 (session 14, 16 heads,
 // benchmarks/results/exp-decode-warp-specialized-groups-2026-11-30/): one wave, V3.2 b = 64
-// 89.8 us (split kernel 99.4), V4 b = 128 38.6 (48.6), b = 1 13.6 (13.7); V4 b = 64 (320 parts of
-// >= 5 units) 35.4 (28.8), so that falls back, and so does b = 12 (150 parts: 16.2 against 17.6;
-// the rule does not model a second wave's start).
+// 89.8 us (split kernel 99.4), V4 b = 128 38.6 (48.6), b = 12 (150 parts, 126 working) 16.2
+// (17.6), b = 1 13.6 (13.7); V4 b = 64 (320 parts of >= 5 units, 256 working) 35.4 (28.8), so
+// that one falls back.
 Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimits& limits,
                             const DecodeEntry** entry, DecodeLaunchShape* shape) {
   SMLA_RETURN_IF_ERROR(decode_launch_shape(problem, limits, **entry, shape));
   const DecodeEntry& chosen = **entry;
-  if (!chosen.warp_specialized || static_cast<int64_t>(shape->num_parts) * shape->head_groups <=
+  if (!chosen.warp_specialized || static_cast<int64_t>(shape->working_parts) * shape->head_groups <=
                                       static_cast<int64_t>(limits.sm_count) * shape->ctas_per_sm) {
     return {};
   }

@@ -11,10 +11,13 @@ namespace {
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-}  // namespace
+// The full-list layout of `units`-unit parts: how many parts hold blocks, and the slowest one's
+// cost (its blocks + kPieceCostBlocks per piece).
+struct FullListLayout {
+  int64_t working = 0, slowest = 0;
+};
 
-int64_t estimated_part_cost(int64_t num_queries, int64_t bound_blocks, int32_t resident_slots,
-                            int64_t units) {
+FullListLayout full_list_layout(int64_t num_queries, int64_t bound_blocks, int64_t units) {
   const int64_t query_units = kQueryOverheadBlocks + bound_blocks;
   const int64_t num_parts = ceil_div(num_queries * query_units, units);
   std::vector<int64_t> blocks(num_parts, 0), pieces(num_parts, 0);
@@ -28,18 +31,26 @@ int64_t estimated_part_cost(int64_t num_queries, int64_t bound_blocks, int32_t r
       pieces[p] += 1;
     }
   }
-  int64_t working = 0, slowest = 0;
+  FullListLayout layout;
   for (int64_t p = 0; p < num_parts; ++p) {
     if (blocks[p] == 0) continue;
-    ++working;
-    slowest = std::max(slowest, blocks[p] + kPieceCostBlocks * pieces[p]);
+    ++layout.working;
+    layout.slowest = std::max(layout.slowest, blocks[p] + kPieceCostBlocks * pieces[p]);
   }
-  return ceil_div(working, resident_slots) * slowest;
+  return layout;
+}
+
+}  // namespace
+
+int64_t estimated_part_cost(int64_t num_queries, int64_t bound_blocks, int32_t resident_slots,
+                            int64_t units) {
+  const FullListLayout layout = full_list_layout(num_queries, bound_blocks, units);
+  return ceil_div(layout.working, resident_slots) * layout.slowest;
 }
 
 DecodePartCount choose_decode_part_count(int64_t num_queries, int64_t bound_blocks,
                                          int32_t resident_slots) {
-  const DecodePartCount plain{resident_slots, 0};
+  const DecodePartCount plain{resident_slots, 0, resident_slots};
   if (num_queries < 1 || bound_blocks < 1 || resident_slots < 1 || num_queries >= resident_slots) {
     return plain;
   }
@@ -59,7 +70,8 @@ DecodePartCount choose_decode_part_count(int64_t num_queries, int64_t bound_bloc
     }
   }
   if (best_units == plain_units) return plain;
-  return {static_cast<int32_t>(ceil_div(total, best_units)), best_units};
+  return {static_cast<int32_t>(ceil_div(total, best_units)), best_units,
+          static_cast<int32_t>(full_list_layout(num_queries, bound_blocks, best_units).working)};
 }
 
 }  // namespace sparse_mla::planning

@@ -28,6 +28,9 @@ namespace sparse_mla::planning {
 struct DecodePartCount {
   int32_t num_parts = 1;
   int64_t min_units = 0;  // floor of the units per part; 0 = none (the plain cost line)
+  // Parts that hold blocks when every list is full (the estimate's layout); the rest hold only
+  // queries' overhead units and do nothing. num_parts for the plain count.
+  int32_t working_parts = 1;
 };
 
 // A piece's fixed cost in the estimate, in blocks: its Q load and its output or fp32 partial

@@ -26,7 +26,8 @@ int64_t plain_units(int64_t num_queries, int64_t bound_blocks, int32_t slots) {
 // The estimate recomputed from the schedule build_decode_schedule writes for full lists:
 // waves of working parts times the slowest part (its blocks + kPieceCostBlocks per piece).
 int64_t cost_of_built_schedule(int64_t num_queries, int64_t bound_blocks, int32_t slots,
-                               const DecodePartCount& count, int64_t* most_blocks) {
+                               const DecodePartCount& count, int64_t* most_blocks,
+                               int64_t* working_parts = nullptr) {
   std::vector<int32_t> blocks(num_queries, static_cast<int32_t>(bound_blocks));
   std::vector<DecodePartSchedule> parts(count.num_parts);
   std::vector<int32_t> split_offsets(num_queries + 1);
@@ -48,6 +49,7 @@ int64_t cost_of_built_schedule(int64_t num_queries, int64_t bound_blocks, int32_
     slowest = std::max(slowest, part_blocks + kPieceCostBlocks * pieces);
     *most_blocks = std::max(*most_blocks, part_blocks);
   }
+  if (working_parts != nullptr) *working_parts = working;
   return (working + slots - 1) / slots * slowest;
 }
 
@@ -85,8 +87,23 @@ TEST(DecodePartCount, MeasuredV4RowsOnTwoCtasPerSm) {
   EXPECT_EQ(v32.min_units, 0);
 }
 
+TEST(DecodePartCount, WorkingPartsOfTheWarpSpecializedLaunch) {
+  // The warp-specialised 16-row kernel: one CTA per SM, 132 slots, 32-key blocks (V4: 20 per
+  // query). kernel_tables.cpp runs it only where the working parts fit one wave.
+  const DecodePartCount b12 = choose_decode_part_count(12, 20, 132);
+  EXPECT_EQ(b12.num_parts, 150);  // 2 units per part: 126 hold blocks, one wave (16.2 us)
+  EXPECT_EQ(b12.min_units, 2);
+  EXPECT_EQ(b12.working_parts, 126);
+  const DecodePartCount b64 = choose_decode_part_count(64, 20, 132);
+  EXPECT_EQ(b64.num_parts, 320);  // 256 working parts: two waves, left to the split kernel
+  EXPECT_EQ(b64.working_parts, 256);
+  const DecodePartCount b128 = choose_decode_part_count(128, 20, 132);
+  EXPECT_EQ(b128.num_parts, 132);  // the plain count: every part works
+  EXPECT_EQ(b128.working_parts, 132);
+}
+
 TEST(DecodePartCount, KeepsThePlainCountWhereItHasNothingToGain) {
-  const DecodePartCount plain{132, 0};
+  const DecodePartCount plain{132, 0, 132};
   auto same = [&](const DecodePartCount& c) {
     return c.num_parts == plain.num_parts && c.min_units == plain.min_units;
   };
@@ -112,17 +129,19 @@ TEST(DecodePartCount, RandomShapesBuildTheEstimatedScheduleAndNeverLose) {
     const int64_t plain = plain_units(num_queries, bound_blocks, slots);
     ASSERT_GE(chosen.num_parts, 1);
     ASSERT_LE(chosen.num_parts, 4 * slots);
-    int64_t most_blocks = 0;
+    int64_t most_blocks = 0, working = 0;
     const int64_t chosen_cost =
-        cost_of_built_schedule(num_queries, bound_blocks, slots, chosen, &most_blocks);
+        cost_of_built_schedule(num_queries, bound_blocks, slots, chosen, &most_blocks, &working);
     int64_t plain_most = 0;
     const int64_t plain_cost = cost_of_built_schedule(num_queries, bound_blocks, slots,
                                                       DecodePartCount{slots, 0}, &plain_most);
     EXPECT_EQ(plain_cost, estimated_part_cost(num_queries, bound_blocks, slots, plain));
     if (chosen.min_units == 0) {
       EXPECT_EQ(chosen.num_parts, slots);
+      EXPECT_EQ(chosen.working_parts, slots);
       continue;
     }
+    EXPECT_EQ(chosen.working_parts, working);
     EXPECT_LT(chosen.min_units, plain);
     EXPECT_LE(most_blocks, chosen.min_units);
     EXPECT_EQ(chosen_cost, estimated_part_cost(num_queries, bound_blocks, slots, chosen.min_units));
