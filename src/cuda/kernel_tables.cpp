@@ -196,6 +196,18 @@ constexpr std::array<DecodeEntry, 26> kDecodeEntries{{
 #undef SMLA_DECODE_ENTRIES
 #undef SMLA_DECODE_ENTRY
 
+// The entry of the same format, d_qk and tile as `e` that is (or is not) the warp-specialised
+// kernel, or nullptr (bf16 caches, tiles other than 16 x 32).
+const DecodeEntry* tile_twin(const DecodeEntry& e, bool warp_specialized) {
+  for (const DecodeEntry& twin : kDecodeEntries) {
+    if (twin.warp_specialized == warp_specialized && twin.format == e.format &&
+        twin.d_qk == e.d_qk && twin.rows == e.rows && twin.block_keys == e.block_keys) {
+      return &twin;
+    }
+  }
+  return nullptr;
+}
+
 // Whether the 16-row x 32-key tile of an FP8 cache runs the warp-specialised kernel (default) or
 // the split kernel's register-Q tile (SMLA_DECODE_WARP_SPECIALIZED=0, for tests and A/B runs).
 // A bf16 cache has nothing for producer warps to convert and always runs the split kernel.
@@ -224,14 +236,9 @@ const DecodeEntry* decode_entry(KvCacheFormat format, int64_t d_qk, int64_t h_q,
       limits.smem_optin, why_not);
   // The 16 x 32 tile runs with producer warps where their kernel's shared memory (raw and bf16
   // rings) fits: v32_fp8 180,224 B, v4_fp8 162,816 B, so sm_90 for both, the A100 for v4_fp8.
-  if (tile != nullptr && tile->rows == 16 && tile->block_keys == 32 &&
-      warp_specialized_wanted(format)) {
-    for (const DecodeEntry& e : kDecodeEntries) {
-      if (e.warp_specialized && e.format == format && e.d_qk == d_qk &&
-          e.smem() <= limits.smem_optin) {
-        return &e;
-      }
-    }
+  if (tile != nullptr && warp_specialized_wanted(format)) {
+    const DecodeEntry* producers = tile_twin(*tile, true);
+    if (producers != nullptr && producers->smem() <= limits.smem_optin) return producers;
   }
   return tile;
 }
@@ -424,14 +431,8 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
                                       static_cast<int64_t>(limits.sm_count) * shape->ctas_per_sm) {
     return {};
   }
-  for (const DecodeEntry& e : kDecodeEntries) {
-    if (!e.warp_specialized && e.format == chosen.format && e.d_qk == chosen.d_qk &&
-        e.rows == chosen.rows && e.block_keys == chosen.block_keys) {
-      *entry = &e;
-      return decode_launch_shape(problem, limits, e, shape);
-    }
-  }
-  return {};
+  *entry = tile_twin(chosen, false);  // every warp-specialised entry has its split-kernel twin
+  return decode_launch_shape(problem, limits, **entry, shape);
 }
 
 // " (SMLA_DECODE_BLOCK_KEYS=64 does not fit N B of shared memory)" when the forced key count
