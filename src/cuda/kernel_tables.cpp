@@ -22,6 +22,9 @@
 #include "cuda/planning/launch.h"
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_prefill/launch.h"
+#if SMLA_WITH_SM90A
+#include "cuda/sm90a/sparse_prefill/launch.h"
+#endif
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/device_guard.h"
 #include "cuda/tile_choice.h"
@@ -150,6 +153,75 @@ Status portable_prefill_run(const PrefillParams& params, const RunOptions& optio
     return unsupported("sparse_prefill: " + why_not);
   }
   return entry->launch(params, static_cast<cudaStream_t>(options.stream));
+}
+
+// ---- Hopper prefill (sm_90a) ----------------------------------------------------------------
+
+// True if the library's sm_90a code can run on `device`: the build compiled it (SMLA_WITH_SM90A,
+// cmake/cuda.cmake) and the device is compute capability 9.0 (sm_90a SASS runs on no other).
+// SMLA_PREFILL_SM90A=0 (cuda/knobs.h) turns the Hopper prefill off, so the portable kernel runs.
+bool sm90a_prefill_supports(const SparsePrefillProblem& problem, std::string* why_not) {
+#if SMLA_WITH_SM90A
+  if (!knobs_valid(why_not)) return false;
+  if (cuda::cuda_knobs().prefill_sm90a.value.value_or(1) == 0) {
+    *why_not = "turned off by SMLA_PREFILL_SM90A=0";
+    return false;
+  }
+  if (!problem.device.is_cuda()) {
+    *why_not = "tensors are not on a CUDA device";
+    return false;
+  }
+  if (problem.d_v != 512) {
+    *why_not = "d_v must be 512, got " + std::to_string(problem.d_v);
+    return false;
+  }
+  if (problem.h_q < 1 || problem.h_q > 128) {
+    *why_not = "h_q must be in [1, 128], got " + std::to_string(problem.h_q);
+    return false;
+  }
+  if (problem.d_qk != 576 && problem.d_qk != 512) {
+    *why_not = "d_qk must be 576 or 512, got " + std::to_string(problem.d_qk);
+    return false;
+  }
+  DeviceLimits limits;
+  if (!device_limits(problem.device, &limits, why_not)) return false;
+  if (limits.cc_major != 9 || limits.cc_minor != 0) {
+    *why_not = "needs an sm_90 device (wgmma, setmaxnreg: sm_90a code); device " +
+               std::to_string(problem.device.index) + " is " + std::to_string(limits.cc_major) +
+               "." + std::to_string(limits.cc_minor);
+    return false;
+  }
+  const int needed = problem.d_qk == 576 ? cuda::sm90a_prefill::sm90a_prefill_smem_bytes<576>()
+                                         : cuda::sm90a_prefill::sm90a_prefill_smem_bytes<512>();
+  if (limits.smem_optin < needed) {
+    *why_not = "needs " + std::to_string(needed) + " B of shared memory per block, the device "
+               "allows " + std::to_string(limits.smem_optin);
+    return false;
+  }
+  return true;
+#else
+  (void)problem;
+  *why_not = "this build has no sm_90a code (SMLA_CUDA_ARCHS without 90a)";
+  return false;
+#endif
+}
+
+Status sm90a_prefill_run(const PrefillParams& params, const RunOptions& options) {
+#if SMLA_WITH_SM90A
+  std::string why_not;
+  if (!sm90a_prefill_supports(params.problem, &why_not)) {
+    return unsupported("sparse_prefill: " + why_not);
+  }
+  cuda::DeviceGuard guard;
+  SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
+  auto stream = static_cast<cudaStream_t>(options.stream);
+  return params.problem.d_qk == 576
+             ? cuda::sm90a_prefill::launch_sm90a_sparse_prefill<576>(params, stream)
+             : cuda::sm90a_prefill::launch_sm90a_sparse_prefill<512>(params, stream);
+#else
+  (void)options;
+  return unsupported("sparse_prefill: this build has no sm_90a code");
+#endif
 }
 
 // ---- decode --------------------------------------------------------------------------------
@@ -523,6 +595,7 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
 }
 
 constexpr PrefillKernel kPrefillKernels[] = {
+    {"sm90a_sparse_prefill", Backend::kCuda, sm90a_prefill_supports, sm90a_prefill_run},
     {"portable_sparse_prefill", Backend::kCuda, portable_prefill_supports, portable_prefill_run},
 };
 

@@ -3,6 +3,8 @@
 // the A/B scripts use them to compare launches with one binary.
 //   SMLA_PREFILL_BLOCK_KEYS      32 | 64  keys per KV block of the prefill tile (tile_choice.h)
 //   SMLA_DECODE_BLOCK_KEYS       32 | 64  the same for the decode tile
+//   SMLA_PREFILL_SM90A           0 | 1    the Hopper prefill kernel on sm_90 devices (default 1;
+//                                         0 runs the portable one there)
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads (kernel_tables.cpp)
 //   SMLA_DECODE_WARP_SPECIALIZED 0 | 1    producer warps in the 16-row FP8 decode tile
 //                                         (kernel_tables.cpp; default 1)
@@ -25,6 +27,7 @@ namespace sparse_mla::cuda {
 
 struct CudaKnobs {
   detail::EnvKnob prefill_block_keys;
+  detail::EnvKnob prefill_sm90a;
   detail::EnvKnob decode_block_keys;
   detail::EnvKnob decode_pair_head_groups;
   detail::EnvKnob decode_warp_specialized;

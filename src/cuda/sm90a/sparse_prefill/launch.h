@@ -1,0 +1,23 @@
+// Host-side launcher of the Hopper (sm_90a) sparse prefill kernel, one explicit instantiation per
+// d_qk in src/cuda/instantiations/ (compiled for sm_90a only). Only those units include
+// kernel.cuh.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "core/params.h"
+#include "sparse_mla/status.h"
+
+namespace sparse_mla::cuda::sm90a_prefill {
+
+// Dynamic shared memory the d_qk instantiation needs (the plan of config.cuh plus 1 KiB of
+// alignment slack).
+template <int kDqk>
+int sm90a_prefill_smem_bytes();
+
+// Launches on `stream`; p is validated (core/validate). No host synchronisation. The caller has
+// checked that the device is sm_90 and runs this library's sm_90a code.
+template <int kDqk>
+Status launch_sm90a_sparse_prefill(const detail::PrefillParams& p, cudaStream_t stream);
+
+}  // namespace sparse_mla::cuda::sm90a_prefill
