@@ -47,12 +47,13 @@ struct ProducerPlace {
 };
 
 // Four rows of a [64, d_qk] tile from `src[r]` (readable addresses), zero-filled where !valid.
-template <int kDqk>
+// Rows r in [kFirst, kFirst + kCount) of the thread's four.
+template <int kDqk, int kFirst = 0, int kCount = 4>
 __device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at,
                                           const uint8_t* const (&src)[4], const bool (&valid)[4]) {
   constexpr int kPanels = kDqk / 64;
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = kFirst; r < kFirst + kCount; ++r) {
     const uint32_t row_base = tile + (at.group + 16 * r) * 128 + at.swizzled_chunk_bytes;
     const uint8_t* row_src = src[r] + 16 * at.chunk;
 #pragma unroll
@@ -63,10 +64,27 @@ __device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at
   }
 }
 
+// The paired launch (h_q > 64: a 2-CTA cluster per token, one CTA per 64-head group): each CTA
+// gathers the rows of its half of every block, [32 rank, +32) = its threads' rows 2 rank and
+// 2 rank + 1, and once they landed copies them (kDqk / 64 runs of 4 KiB: the half's rows of each
+// panel) into the same place of the peer's stage, completing there on the peer's full barrier.
+// A stage is free when the consumers of both CTAs released it (empty: 16 arrivals).
 template <int kDqk>
+__device__ __forceinline__ void forward_half_to_peer(uint32_t stage_tile, uint32_t full_barrier,
+                                                     uint32_t rank) {
+  const uint32_t peer = rank ^ 1u;
+  const uint32_t remote_full = ptx::map_shared_to_rank(full_barrier, peer);
+#pragma unroll
+  for (int panel = 0; panel < kDqk / 64; ++panel) {
+    const uint32_t src = stage_tile + panel * kPanelBytes + rank * kHalfPanelBytes;
+    ptx::bulk_copy_to_peer(ptx::map_shared_to_rank(src, peer), src, kHalfPanelBytes, remote_full);
+  }
+}
+
+template <int kDqk, bool kPaired>
 __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t token, int head0,
                                         const portable_prefill::TokenSlots& slots, int t,
-                                        Smem<kDqk>& sm) {
+                                        uint32_t rank, Smem<kDqk>& sm) {
   const ProducerPlace at(t);
   {
     const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + token * p.q_stride_s);
@@ -97,12 +115,29 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t 
     if (block >= kStages) {
       ptx::mbarrier_wait_parity(smem_u32(&sm.empty[stage]), ((block / kStages) - 1) & 1);
     }
-    copy_rows<kDqk>(smem_u32(sm.kv[stage]), at, src, valid);
-    ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.full[stage]));
     if (at.chunk == 0) {
 #pragma unroll
       for (int r = 0; r < 4; ++r) sm.valid[stage][at.group + 16 * r] = valid[r] ? 1 : 0;
-      ptx::mbarrier_arrive(smem_u32(&sm.full[stage]));
+    }
+    const uint32_t full = smem_u32(&sm.full[stage]);
+    if constexpr (kPaired) {
+      if (rank == 0) {
+        copy_rows<kDqk, 0, 2>(smem_u32(sm.kv[stage]), at, src, valid);
+      } else {
+        copy_rows<kDqk, 2, 2>(smem_u32(sm.kv[stage]), at, src, valid);
+      }
+      ptx::cp_async_commit();
+      ptx::cp_async_wait<0>();
+      ptx::fence_proxy_async_shared();
+      ptx::named_barrier_sync(kProducerHalfLanded, kProducerThreads);
+      if (t == 0) {
+        forward_half_to_peer<kDqk>(smem_u32(sm.kv[stage]), full, rank);
+        ptx::mbarrier_arrive_expect_tx(full, (kDqk / 64) * kHalfPanelBytes);
+      }
+    } else {
+      copy_rows<kDqk>(smem_u32(sm.kv[stage]), at, src, valid);
+      ptx::cp_async_mbarrier_arrive_noinc(full);
+      if (at.chunk == 0) ptx::mbarrier_arrive(full);
     }
   }
   ptx::cp_async_wait<0>();
@@ -168,10 +203,33 @@ __device__ __forceinline__ uint32_t p_offset(int row, int key) {
   return row * 128 + ((((key >> 3) ^ (row & 7))) << 4) + (key & 7) * 2;
 }
 
+// The [64 heads, 64 keys] bf16 P tile of the block in `stage`. d_qk 576: the stage's RoPE panel
+// (dims 512..575), which only the scores read, so it is dead once both warpgroups' scores are
+// done and stays owned until the stage is released after the products; d_qk 512: its own tile.
 template <int kDqk>
+__device__ __forceinline__ uint32_t p_tile_of(Smem<kDqk>& sm, int stage) {
+  if constexpr (kDqk == 576) {
+    return smem_u32(sm.kv[stage]) + 8 * kPanelBytes;
+  } else {
+    return smem_u32(sm.p[stage]);
+  }
+}
+
+// One arrival per consumer warp on the stage's empty barrier (and on the peer CTA's, paired).
+template <bool kPaired>
+__device__ __forceinline__ void release_stage(uint32_t empty, const ConsumerPlace& at,
+                                              uint32_t rank) {
+  __syncwarp();
+  if (at.lane == 0) {
+    ptx::mbarrier_arrive(empty);
+    if constexpr (kPaired) ptx::mbarrier_arrive_remote(ptx::map_shared_to_rank(empty, rank ^ 1u));
+  }
+}
+
+template <int kDqk, bool kPaired>
 __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t token, int head0,
                                         const portable_prefill::TokenSlots& slots, int t,
-                                        Smem<kDqk>& sm) {
+                                        uint32_t rank, Smem<kDqk>& sm) {
   const ConsumerPlace at(t);
   const float scale_log2 = p.sm_scale * kLog2e;
   float o[128];
@@ -181,7 +239,6 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
   float l[2] = {0.0f, 0.0f};            // this thread's share of the row sums over its keys
   float s[16];
   const uint32_t q = smem_u32(sm.q);
-  const uint32_t p_tile = smem_u32(sm.p);
 
   if (slots.num_blocks > 0) {
     ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), 0);
@@ -190,11 +247,12 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operands(s);
   }
-  // Each iteration ends with a wait for all its wgmma groups, not the next one's start: the loop's
-  // back edge then carries no accumulator that an in-flight wgmma still writes (ptxas otherwise
-  // serialises every wgmma, C7515).
+  // Each iteration ends with a wait for all its wgmma groups: the loop's back edge then carries
+  // no accumulator that an in-flight wgmma still writes (ptxas otherwise serialises every wgmma,
+  // C7514 / C7515).
   for (int block = 0; block < slots.num_blocks; ++block) {
     const int stage = block % kStages;
+    const uint32_t p_tile = p_tile_of<kDqk>(sm, stage);
     // Scores in the log2 domain; invalid slots -inf. Row maxima over this warpgroup's keys.
     float block_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -219,6 +277,7 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
       l[h] *= alpha[h];
     }
     uint32_t p_own[2][4];
+    uint8_t* p_bytes = reinterpret_cast<uint8_t*>(&sm) + (p_tile - smem_u32(&sm));
 #pragma unroll
     for (int i = 0; i < 16; i += 2) {
       const int h = (i >> 1) & 1;
@@ -227,23 +286,27 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
       l[h] += p0 + p1;
       const uint32_t packed = ptx::pack_bf16x2(p0, p1);
       p_own[i >> 3][(i >> 1) & 3] = packed;
-      *reinterpret_cast<uint32_t*>(sm.p + p_offset(at.row[h], 32 * at.wg + at.col(i))) = packed;
+      *reinterpret_cast<uint32_t*>(p_bytes + p_offset(at.row[h], 32 * at.wg + at.col(i))) = packed;
     }
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(kPReady, kConsumerThreads);
     issue_products(smem_u32(sm.kv[stage]), p_tile, at.wg, p_own, o);
+    // The stage is released as soon as this block's products are done (groups retire in
+    // order), while the next block's scores may still run: the producer refills it earlier.
     if (block + 1 < slots.num_blocks) {
       const int next = (block + 1) % kStages;
       ptx::mbarrier_wait_parity(smem_u32(&sm.full[next]), ((block + 1) / kStages) & 1);
       issue_scores<kDqk>(q, smem_u32(sm.kv[next]), at.wg, s);
+      ptx::wgmma_wait_group<1>();
+    } else {
+      ptx::wgmma_wait_group<0>();
     }
-    ptx::wgmma_wait_group<0>();  // this block's products and the next block's scores
-    ptx::wgmma_fence_operands(s);
     ptx::wgmma_fence_operands(o);
-    __syncwarp();
-    if (at.lane == 0) ptx::mbarrier_arrive(smem_u32(&sm.empty[stage]));
+    release_stage<kPaired>(smem_u32(&sm.empty[stage]), at, rank);
+    ptx::wgmma_wait_group<0>();  // the next block's scores
+    ptx::wgmma_fence_operands(s);
   }
 
   // Row sums over both warpgroups' keys; the output scale with the sink.
@@ -276,7 +339,7 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
   }
 }
 
-template <int kDqk>
+template <int kDqk, bool kPaired>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90a_sparse_prefill_kernel(const detail::PrefillParams p, int head_groups) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -288,22 +351,32 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int head0 = static_cast<int>(blockIdx.x % head_groups) * kHeadRows;
   const portable_prefill::TokenSlots slots = portable_prefill::token_slots<kBlockKeys>(p, token);
 
+  const uint32_t rank = kPaired ? ptx::cluster_ctarank() : 0u;
   if (thread == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init_for_cluster(smem_u32(&sm.full[s]), kFullArrivals);
-      ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]), kEmptyArrivals);
+      ptx::mbarrier_init_for_cluster(smem_u32(&sm.full[s]),
+                                     kPaired ? kPairedFullArrivals : kFullArrivals);
+      ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]),
+                                     kPaired ? 2 * kEmptyArrivals : kEmptyArrivals);
     }
     ptx::mbarrier_init_for_cluster(smem_u32(&sm.q_full), kProducerThreads);
   }
-  __syncthreads();
+  // The peer's barriers must be initialised before any remote arrival or copy reaches them.
+  if constexpr (kPaired) {
+    ptx::cluster_sync();
+  } else {
+    __syncthreads();
+  }
 
   if (thread >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce<kDqk>(p, token, head0, slots, thread - kConsumerThreads, sm);
+    produce<kDqk, kPaired>(p, token, head0, slots, thread - kConsumerThreads, rank, sm);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<kDqk>(p, token, head0, slots, thread, sm);
+    consume<kDqk, kPaired>(p, token, head0, slots, thread, rank, sm);
   }
+  // No CTA leaves while its peer may still copy into its stages or arrive on its barriers.
+  if constexpr (kPaired) ptx::cluster_sync();
 #else
   __trap();
 #endif
@@ -324,9 +397,28 @@ Status launch_sm90a_sparse_prefill(const detail::PrefillParams& p, cudaStream_t 
                        " exceeds the grid limit 2^31 - 1");
   }
   const int smem = sm90a_prefill_smem_bytes<kDqk>();
-  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_prefill_kernel<kDqk>, smem));
-  sm90a_sparse_prefill_kernel<kDqk>
-      <<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups);
+  if (head_groups == 2) {
+    // 65..128 heads: the token's two head groups form a cluster and share each block's gather.
+    auto* kernel = sm90a_sparse_prefill_kernel<kDqk, true>;
+    SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(static_cast<unsigned>(grid));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = static_cast<size_t>(smem);
+    config.stream = stream;
+    cudaLaunchAttribute cluster[1];
+    cluster[0].id = cudaLaunchAttributeClusterDimension;
+    cluster[0].val.clusterDim.x = 2;
+    cluster[0].val.clusterDim.y = 1;
+    cluster[0].val.clusterDim.z = 1;
+    config.attrs = cluster;
+    config.numAttrs = 1;
+    SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, p, head_groups));
+  } else {
+    auto* kernel = sm90a_sparse_prefill_kernel<kDqk, false>;
+    SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
+    kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups);
+  }
   return check_last_launch("sm90a_sparse_prefill_kernel");
 }
 
