@@ -86,36 +86,6 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint32_t barrier, uint32_t 
 #endif
 }
 
-// One arrival on the mbarrier at shared::cluster address `remote_barrier` (a peer CTA's, from
-// map_shared_to_rank), released at cluster scope: this thread's earlier reads of the peer's
-// data are complete before the peer sees the arrival.
-__device__ __forceinline__ void mbarrier_arrive_remote(uint32_t remote_barrier) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(
-                   remote_barrier)
-               : "memory");
-#elif defined(__CUDA_ARCH__)
-  __trap();
-#endif
-}
-
-// `bytes` (a multiple of 16) from this CTA's shared memory at `src` (shared::cta) to `dst`
-// (shared::cluster, 16-B aligned), linear, counted as transaction bytes on the destination CTA's
-// mbarrier `remote_barrier` (shared::cluster). The source was written by the generic proxy: the
-// writers fence (fence_proxy_async_shared) and synchronise with the issuing thread first.
-__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes,
-                                                  uint32_t remote_barrier) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, "
-      "[%3];\n" ::"r"(dst),
-      "r"(src), "r"(bytes), "r"(remote_barrier)
-      : "memory");
-#elif defined(__CUDA_ARCH__)
-  __trap();
-#endif
-}
-
 // A cluster barrier without release semantics: every thread of the cluster arrives and waits,
 // but writes made before it are not published by it (no MEMBAR / ERRBAR). Enough to say "I have
 // finished reading": a read whose value an earlier instruction already consumed is complete.

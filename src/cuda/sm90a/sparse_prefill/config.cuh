@@ -27,16 +27,14 @@ inline constexpr int kProducerThreads = 128;
 inline constexpr int kConsumerRegs = 216;
 inline constexpr int kProducerRegs = 72;
 
-// Named barriers (id 0 is __syncthreads): 1-3 over the 256 consumer threads, 4 over the 128
-// producer threads (paired launch: the CTA's half of a block landed, ready to forward).
-enum NamedBarrier : int { kRowMaxReady = 1, kPReady = 2, kRowSumReady = 3, kProducerHalfLanded = 4 };
+// Named barriers (id 0 is __syncthreads), each over the 256 consumer threads.
+enum NamedBarrier : int { kRowMaxReady = 1, kPReady = 2, kRowSumReady = 3 };
 
 // A [rows][d_qk] bf16 tile as panels of [rows][64 dims], 128-B rows, 16-B chunks XOR-swizzled by
 // row % 8 (the SWIZZLE_128B layout of wgmma and TMA; cuda/device/smem_tile.cuh).
 template <int kDqk>
 inline constexpr int kTileBytes = kHeadRows * kDqk * 2;
-inline constexpr int kPanelBytes = 64 * 128;      // one [64 rows][64 dims] panel
-inline constexpr int kHalfPanelBytes = 32 * 128;  // its rows [0, 32) or [32, 64): contiguous
+inline constexpr int kPanelBytes = 64 * 128;  // one [64 rows][64 dims] panel
 
 // Shared memory, d_qk 576: 73,728 Q + 2 x 73,728 KV + 8,192 P + 1,152 row statistics and
 // validity + 40 barriers = 230,592 B (+ 1,024 alignment slack <= 232,448).
@@ -50,8 +48,8 @@ struct Smem {
   float row_max[2][kHeadRows];           // [wg][head] this block's row maxima (log2 domain)
   float row_sum[2][kHeadRows];           // [wg][head] final partial row sums
   uint8_t valid[kStages][kBlockKeys];    // [stage][key] slot validity
-  alignas(8) uint64_t full[kStages];     // rows landed (kFullArrivals / kPairedFullArrivals)
-  uint64_t empty[kStages];               // stage free: one arrival per consumer warp (x2 paired)
+  alignas(8) uint64_t full[kStages];     // rows landed: 128 cp.async + 16 flag-writer arrivals
+  uint64_t empty[kStages];               // stage free: one arrival per consumer warp (8)
   uint64_t q_full;                       // Q landed: 128 cp.async arrivals
 };
 
@@ -60,8 +58,6 @@ static_assert(sizeof(Smem<576>) + 1024 <= kMaxSmemSm90);
 static_assert(sizeof(Smem<512>) + 1024 <= kMaxSmemSm90);
 
 inline constexpr uint32_t kFullArrivals = kProducerThreads + kProducerThreads / 8;
-inline constexpr uint32_t kEmptyArrivals = kConsumerThreads / 32;  // per CTA
-// Paired launch: one arrival (with the peer's bytes expected) after the CTA's own half landed.
-inline constexpr uint32_t kPairedFullArrivals = 1;
+inline constexpr uint32_t kEmptyArrivals = kConsumerThreads / 32;
 
 }  // namespace sparse_mla::cuda::sm90a_prefill

@@ -20,7 +20,7 @@
 #include "core/params.h"
 #include "cuda/device/online_softmax.cuh"
 #include "cuda/device/ptx/barrier.cuh"
-#include "cuda/device/ptx/cluster.cuh"
+#include "cuda/device/ptx/cluster.cuh"  // mbarrier init and wait
 #include "cuda/device/ptx/cp_async.cuh"
 #include "cuda/device/ptx/mma.cuh"
 #include "cuda/device/ptx/warpgroup.cuh"
@@ -64,27 +64,10 @@ __device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at
   }
 }
 
-// The paired launch (h_q > 64: a 2-CTA cluster per token, one CTA per 64-head group): each CTA
-// gathers the rows of its half of every block, [32 rank, +32) = its threads' rows 2 rank and
-// 2 rank + 1, and once they landed copies them (kDqk / 64 runs of 4 KiB: the half's rows of each
-// panel) into the same place of the peer's stage, completing there on the peer's full barrier.
-// A stage is free when the consumers of both CTAs released it (empty: 16 arrivals).
 template <int kDqk>
-__device__ __forceinline__ void forward_half_to_peer(uint32_t stage_tile, uint32_t full_barrier,
-                                                     uint32_t rank) {
-  const uint32_t peer = rank ^ 1u;
-  const uint32_t remote_full = ptx::map_shared_to_rank(full_barrier, peer);
-#pragma unroll
-  for (int panel = 0; panel < kDqk / 64; ++panel) {
-    const uint32_t src = stage_tile + panel * kPanelBytes + rank * kHalfPanelBytes;
-    ptx::bulk_copy_to_peer(ptx::map_shared_to_rank(src, peer), src, kHalfPanelBytes, remote_full);
-  }
-}
-
-template <int kDqk, bool kPaired>
 __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t token, int head0,
                                         const portable_prefill::TokenSlots& slots, int t,
-                                        uint32_t rank, Smem<kDqk>& sm) {
+                                        Smem<kDqk>& sm) {
   const ProducerPlace at(t);
   {
     const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + token * p.q_stride_s);
@@ -120,25 +103,9 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t 
       for (int r = 0; r < 4; ++r) sm.valid[stage][at.group + 16 * r] = valid[r] ? 1 : 0;
     }
     const uint32_t full = smem_u32(&sm.full[stage]);
-    if constexpr (kPaired) {
-      if (rank == 0) {
-        copy_rows<kDqk, 0, 2>(smem_u32(sm.kv[stage]), at, src, valid);
-      } else {
-        copy_rows<kDqk, 2, 2>(smem_u32(sm.kv[stage]), at, src, valid);
-      }
-      ptx::cp_async_commit();
-      ptx::cp_async_wait<0>();
-      ptx::fence_proxy_async_shared();
-      ptx::named_barrier_sync(kProducerHalfLanded, kProducerThreads);
-      if (t == 0) {
-        forward_half_to_peer<kDqk>(smem_u32(sm.kv[stage]), full, rank);
-        ptx::mbarrier_arrive_expect_tx(full, (kDqk / 64) * kHalfPanelBytes);
-      }
-    } else {
-      copy_rows<kDqk>(smem_u32(sm.kv[stage]), at, src, valid);
-      ptx::cp_async_mbarrier_arrive_noinc(full);
-      if (at.chunk == 0) ptx::mbarrier_arrive(full);
-    }
+    copy_rows<kDqk>(smem_u32(sm.kv[stage]), at, src, valid);
+    ptx::cp_async_mbarrier_arrive_noinc(full);
+    if (at.chunk == 0) ptx::mbarrier_arrive(full);
   }
   ptx::cp_async_wait<0>();
 }
@@ -215,21 +182,16 @@ __device__ __forceinline__ uint32_t p_tile_of(Smem<kDqk>& sm, int stage) {
   }
 }
 
-// One arrival per consumer warp on the stage's empty barrier (and on the peer CTA's, paired).
-template <bool kPaired>
-__device__ __forceinline__ void release_stage(uint32_t empty, const ConsumerPlace& at,
-                                              uint32_t rank) {
+// One arrival per consumer warp on the stage's empty barrier.
+__device__ __forceinline__ void release_stage(uint32_t empty, const ConsumerPlace& at) {
   __syncwarp();
-  if (at.lane == 0) {
-    ptx::mbarrier_arrive(empty);
-    if constexpr (kPaired) ptx::mbarrier_arrive_remote(ptx::map_shared_to_rank(empty, rank ^ 1u));
-  }
+  if (at.lane == 0) ptx::mbarrier_arrive(empty);
 }
 
-template <int kDqk, bool kPaired>
+template <int kDqk>
 __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t token, int head0,
                                         const portable_prefill::TokenSlots& slots, int t,
-                                        uint32_t rank, Smem<kDqk>& sm) {
+                                        Smem<kDqk>& sm) {
   const ConsumerPlace at(t);
   const float scale_log2 = p.sm_scale * kLog2e;
   float o[128];
@@ -304,7 +266,7 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
       ptx::wgmma_wait_group<0>();
     }
     ptx::wgmma_fence_operands(o);
-    release_stage<kPaired>(smem_u32(&sm.empty[stage]), at, rank);
+    release_stage(smem_u32(&sm.empty[stage]), at);
     ptx::wgmma_wait_group<0>();  // the next block's scores
     ptx::wgmma_fence_operands(s);
   }
@@ -339,7 +301,7 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
   }
 }
 
-template <int kDqk, bool kPaired>
+template <int kDqk>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90a_sparse_prefill_kernel(const detail::PrefillParams p, int head_groups) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -351,32 +313,22 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int head0 = static_cast<int>(blockIdx.x % head_groups) * kHeadRows;
   const portable_prefill::TokenSlots slots = portable_prefill::token_slots<kBlockKeys>(p, token);
 
-  const uint32_t rank = kPaired ? ptx::cluster_ctarank() : 0u;
   if (thread == 0) {
     for (int s = 0; s < kStages; ++s) {
-      ptx::mbarrier_init_for_cluster(smem_u32(&sm.full[s]),
-                                     kPaired ? kPairedFullArrivals : kFullArrivals);
-      ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]),
-                                     kPaired ? 2 * kEmptyArrivals : kEmptyArrivals);
+      ptx::mbarrier_init_for_cluster(smem_u32(&sm.full[s]), kFullArrivals);
+      ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]), kEmptyArrivals);
     }
     ptx::mbarrier_init_for_cluster(smem_u32(&sm.q_full), kProducerThreads);
   }
-  // The peer's barriers must be initialised before any remote arrival or copy reaches them.
-  if constexpr (kPaired) {
-    ptx::cluster_sync();
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (thread >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce<kDqk, kPaired>(p, token, head0, slots, thread - kConsumerThreads, rank, sm);
+    produce<kDqk>(p, token, head0, slots, thread - kConsumerThreads, sm);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<kDqk, kPaired>(p, token, head0, slots, thread, rank, sm);
+    consume<kDqk>(p, token, head0, slots, thread, sm);
   }
-  // No CTA leaves while its peer may still copy into its stages or arrive on its barriers.
-  if constexpr (kPaired) ptx::cluster_sync();
 #else
   __trap();
 #endif
@@ -397,28 +349,9 @@ Status launch_sm90a_sparse_prefill(const detail::PrefillParams& p, cudaStream_t 
                        " exceeds the grid limit 2^31 - 1");
   }
   const int smem = sm90a_prefill_smem_bytes<kDqk>();
-  if (head_groups == 2) {
-    // 65..128 heads: the token's two head groups form a cluster and share each block's gather.
-    auto* kernel = sm90a_sparse_prefill_kernel<kDqk, true>;
-    SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(static_cast<unsigned>(grid));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = static_cast<size_t>(smem);
-    config.stream = stream;
-    cudaLaunchAttribute cluster[1];
-    cluster[0].id = cudaLaunchAttributeClusterDimension;
-    cluster[0].val.clusterDim.x = 2;
-    cluster[0].val.clusterDim.y = 1;
-    cluster[0].val.clusterDim.z = 1;
-    config.attrs = cluster;
-    config.numAttrs = 1;
-    SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, p, head_groups));
-  } else {
-    auto* kernel = sm90a_sparse_prefill_kernel<kDqk, false>;
-    SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-    kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups);
-  }
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_prefill_kernel<kDqk>, smem));
+  sm90a_sparse_prefill_kernel<kDqk>
+      <<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups);
   return check_last_launch("sm90a_sparse_prefill_kernel");
 }
 
