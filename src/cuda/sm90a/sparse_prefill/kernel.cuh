@@ -216,10 +216,13 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
     const int stage = block % kStages;
     const uint32_t p_tile = p_tile_of<kDqk>(sm, stage);
     // Scores in the log2 domain; invalid slots -inf. Row maxima over this warpgroup's keys.
+    // Accumulators 4 q .. 4 q + 3 share their two keys (8 q + 2 (lane % 4), +1): one 2-byte load.
     float block_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const bool valid = sm.valid[stage][32 * at.wg + at.col(i)] != 0;
+      const uint16_t pair =
+          *reinterpret_cast<const uint16_t*>(&sm.valid[stage][32 * at.wg + at.col(i & ~1)]);
+      const bool valid = ((i & 1) ? (pair >> 8) : (pair & 0xff)) != 0;
       s[i] = valid ? s[i] * scale_log2 : -INFINITY;
       block_max[(i >> 1) & 1] = fmaxf(block_max[(i >> 1) & 1], s[i]);
     }
@@ -250,8 +253,11 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
       p_own[i >> 3][(i >> 1) & 3] = packed;
       *reinterpret_cast<uint32_t*>(p_bytes + p_offset(at.row[h], 32 * at.wg + at.col(i))) = packed;
     }
+    // Once a row's max has settled its alpha is exactly 1: skip the 128 multiplies then.
+    if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+    }
     ptx::fence_proxy_async_shared();
     ptx::named_barrier_sync(kPReady, kConsumerThreads);
     issue_products(smem_u32(sm.kv[stage]), p_tile, at.wg, p_own, o);
