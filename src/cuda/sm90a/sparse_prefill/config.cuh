@@ -42,9 +42,7 @@ template <int kDqk>
 struct Smem {
   alignas(1024) uint8_t q[kTileBytes<kDqk>];            // [64 heads, d_qk] bf16, swizzled
   alignas(1024) uint8_t kv[kStages][kTileBytes<kDqk>];  // [stage][64 keys, d_qk] bf16, swizzled
-  // [stage][64 heads, 64 keys] bf16 P, WG w writes keys [32 w, +32); at d_qk 576 P lives in the
-  // stage's dead RoPE panel instead (kernel.cuh p_tile_of).
-  alignas(1024) uint8_t p[kDqk == 576 ? 0 : kStages][kPanelBytes];
+  alignas(1024) uint8_t p[kPanelBytes];  // [64 heads, 64 keys] bf16 P, WG w writes keys [32 w, +32)
   float row_max[2][kHeadRows];           // [wg][head] this block's row maxima (log2 domain)
   float row_sum[2][kHeadRows];           // [wg][head] final partial row sums
   uint8_t valid[kStages][kBlockKeys];    // [stage][key] slot validity

@@ -170,18 +170,6 @@ __device__ __forceinline__ uint32_t p_offset(int row, int key) {
   return row * 128 + ((((key >> 3) ^ (row & 7))) << 4) + (key & 7) * 2;
 }
 
-// The [64 heads, 64 keys] bf16 P tile of the block in `stage`. d_qk 576: the stage's RoPE panel
-// (dims 512..575), which only the scores read, so it is dead once both warpgroups' scores are
-// done and stays owned until the stage is released after the products; d_qk 512: its own tile.
-template <int kDqk>
-__device__ __forceinline__ uint32_t p_tile_of(Smem<kDqk>& sm, int stage) {
-  if constexpr (kDqk == 576) {
-    return smem_u32(sm.kv[stage]) + 8 * kPanelBytes;
-  } else {
-    return smem_u32(sm.p[stage]);
-  }
-}
-
 // One arrival per consumer warp on the stage's empty barrier.
 __device__ __forceinline__ void release_stage(uint32_t empty, const ConsumerPlace& at) {
   __syncwarp();
@@ -201,6 +189,9 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
   float l[2] = {0.0f, 0.0f};            // this thread's share of the row sums over its keys
   float s[16];
   const uint32_t q = smem_u32(sm.q);
+  // One P tile serves every block: a warpgroup writes its half of block j's P only after both
+  // finished block j - 1 (each waits for all its wgmma groups before the row-max barrier).
+  const uint32_t p_tile = smem_u32(sm.p);
 
   if (slots.num_blocks > 0) {
     ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), 0);
@@ -214,7 +205,6 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
   // C7514 / C7515).
   for (int block = 0; block < slots.num_blocks; ++block) {
     const int stage = block % kStages;
-    const uint32_t p_tile = p_tile_of<kDqk>(sm, stage);
     // Scores in the log2 domain; invalid slots -inf. Row maxima over this warpgroup's keys.
     // Accumulators 4 q .. 4 q + 3 share their two keys (8 q + 2 (lane % 4), +1): one 2-byte load.
     float block_max[2] = {-INFINITY, -INFINITY};
@@ -242,7 +232,6 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
       l[h] *= alpha[h];
     }
     uint32_t p_own[2][4];
-    uint8_t* p_bytes = reinterpret_cast<uint8_t*>(&sm) + (p_tile - smem_u32(&sm));
 #pragma unroll
     for (int i = 0; i < 16; i += 2) {
       const int h = (i >> 1) & 1;
@@ -251,7 +240,7 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
       l[h] += p0 + p1;
       const uint32_t packed = ptx::pack_bf16x2(p0, p1);
       p_own[i >> 3][(i >> 1) & 3] = packed;
-      *reinterpret_cast<uint32_t*>(p_bytes + p_offset(at.row[h], 32 * at.wg + at.col(i))) = packed;
+      *reinterpret_cast<uint32_t*>(sm.p + p_offset(at.row[h], 32 * at.wg + at.col(i))) = packed;
     }
     // Once a row's max has settled its alpha is exactly 1: skip the 128 multiplies then.
     if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
