@@ -15,7 +15,8 @@
 # SMLA_CHECK_SEED (their first seed, default the time: each run covers new cases, and a failing
 # case prints the command that reruns it),
 # SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck
-# synccheck"; synccheck takes ~5 s and found session 7's bar.sync reached from two branches),
+# synccheck"; synccheck takes ~5 s and found the wide exchange's bar.sync reached from two
+# branches, fixed in e76e83d),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json),
 # SMLA_GPU_CHECK_CODE: sm90a (default) builds what the H200 runs; sm80 builds the code an A100
@@ -163,8 +164,9 @@ TESTS="$BUILD/tests/cpp/sparse_mla_gpu_tests"
 read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck racecheck synccheck}"
 for tool in "${SANITIZER_TOOLS[@]}"; do
   # racecheck does not model named-barrier arrive / sync hand-offs (it reports hazards on a
-  # correct one: scripts/experiments/racecheck_arrive_probe.cu), which the warp-specialised decode
-  # kernel is built on; its racecheck run takes the split kernel's 16-row tile instead.
+  # correct one: the probe racecheck_arrive_probe.cu of commit bd7b7ca), which the
+  # warp-specialised decode kernel is built on; its racecheck run takes the split kernel's 16-row
+  # tile instead.
   tool_env=()
   [[ $tool == racecheck ]] && tool_env=(SMLA_DECODE_WARP_SPECIALIZED=0)
   echo "==== $tool ${tool_env[*]} --gtest_filter=$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log"
@@ -193,8 +195,9 @@ cases=$(grep -c '"median_ms"' "$OUT_DIR/bench.json" 2>/dev/null)
 row bench "rc $rc, ${cases:-0} cases, suites $BENCH_SUITES" $(($(date +%s) - t0)) "bench.log bench.json"
 
 # ---- mma.sync ceiling (benchmarks/microbench/mma_sync_ceiling.cu), appended to bench.log: the
-# TFLOP/s the portable kernels' only tensor-core instruction reaches on this card (H200, session
-# 6: ~640 from registers, ~605 with the 64-row prefill's fragment loads), beside the suites.
+# TFLOP/s the portable kernels' only tensor-core instruction reaches on this card (H200,
+# benchmarks/results/mma-sync-ceiling-h200-2026-11-29: ~640 from registers, ~605 with the 64-row
+# prefill's fragment loads), beside the suites.
 t0=$(date +%s)
 {
   echo "== mma.sync ceiling (benchmarks/microbench/mma_sync_ceiling.cu)"

@@ -1,6 +1,6 @@
 // Runs the built `sparse-mla` binary (path from CMake: SMLA_CLI_PATH) the way a user would, and
 // checks exit codes, output and the JSON result file — including that bench counts FLOPs and
-// bytes with PERFORMANCE.md's formulas.
+// bytes with docs/flashmla_baseline.md's formulas.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -86,7 +86,7 @@ using ScoreTile = float[Shape::kMTiles][Shape::kKeyTiles][4];
 // score keys [16j, 16j + 16), each over one half of every 64-dim panel (dims 0-31 / 32-63 of
 // it), and swap the halves of the sum they do not own through the dead P tile. Per warp and
 // block this reads half of Q's fragments (the 4 warps re-read all of Q every block otherwise: 37 %
-// of the shared-memory bytes of the 4-warp 16 x 32 decode tile of session 9) and the same K bytes,
+// of the shared-memory bytes of the 4-warp 16 x 32 decode tile of 2c5e7f3) and the same K bytes,
 // for 4 KB of exchange traffic per row group. The owned keys are today's (8 key_group ..), so
 // softmax and P.V do not change.
 template <class Shape>

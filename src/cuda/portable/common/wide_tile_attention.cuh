@@ -139,7 +139,7 @@ __device__ __forceinline__ void wide_score(uint32_t q_tile, uint32_t kv_tile, co
 // The two warps reach each barrier from different instructions (the two sides of the g branch),
 // so the barriers are barrier.sync without .aligned: with bar.sync (.aligned, undefined there by
 // PTX) compute-sanitizer synccheck reported "divergent thread(s) in block" and aborted the kernel.
-// Measured (session 7, H200, benchmarks/results/ab-exchange-unaligned-barrier-2026-11-30): prefill
+// Measured (e76e83d, H200, benchmarks/results/ab-exchange-unaligned-barrier-2026-11-30): prefill
 // +0.0-0.9 %, decode +0.4-1.9 %; moving one bar.sync of each id out of the branches instead cost
 // prefill +1.5-2.6 % (exp-exchange-same-pc-barriers-2026-11-30).
 __device__ __forceinline__ void wide_exchange(float (&s)[2][4][4], float* scratch,

@@ -49,9 +49,9 @@ inline constexpr int kDecodeMinCtas = kIsRegisterQShape<Shape> ? 2 : 1;
 
 // Quantized caches: raw token bytes are gathered (cp.async) into `raw` while the previous block
 // is being multiplied, then dequantised into the single bf16 tile. bf16 caches: rows go straight
-// into a double-buffered tile and `raw` is unused. (Session 6's "direct tail", the 16-row v32_fp8
-// tile gathering its bf16 RoPE tail straight into the tile to fit 3 CTAs per SM, went with the
-// 4-warp 16-row tile: at 2 CTAs per SM the tail, gathered after the scores, landed too late;
+// into a double-buffered tile and `raw` is unused. (The "direct tail" of 9727dd2, the 16-row
+// v32_fp8 tile gathering its bf16 RoPE tail straight into the tile to fit 3 CTAs per SM, went with
+// the 4-warp 16-row tile: at 2 CTAs per SM the tail, gathered after the scores, landed too late;
 // removing it measured 0.96x at 8 / 16 heads, docs/kernels/portable_sparse_decode.md.)
 template <class Traits>
 struct RawRow {

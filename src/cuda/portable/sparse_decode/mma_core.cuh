@@ -9,7 +9,7 @@
 //   WideCore    the 64-row x 64-key tiling of the 64-row prefill (common/wide_tile_attention.cuh):
 //               QK^T split over d_qk in 32x32 warp tiles, P.V in 64-row x 64-column warp tiles,
 //               ~20 % fewer shared-memory bytes per block (the bound of this core on the H200;
-//               docs/kernels/portable_sparse_prefill.md, "Version 2").
+//               docs/kernels/portable_sparse_prefill.md, "Versions tried").
 // DecodeCore<Shape> picks one; each names its warp placement (Place, place(thread)), running
 // state (Accum) and what it does when a piece's Q has landed (begin_piece). All use only
 // DecodeSmem's q, p and statistics arrays.

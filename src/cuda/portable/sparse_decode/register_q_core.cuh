@@ -10,7 +10,7 @@
 //   softmax     8-key-group row maxima through shared memory, the same running max in every
 //               warp, P = exp2(S - m) written by each owner to the P tile;
 //   accumulate  warp w accumulates output columns [64 w, 64 w + 64) over the block's 32 keys.
-// Why (decode note, "Session 12"): the 4-warp 16 x 32 tile re-read Q's fragments every block
+// Why (decode note, "Versions tried"): the 4-warp 16 x 32 tile re-read Q's fragments every block
 // (37 KB of its ~167 KB of shared-memory traffic per block and CTA) and ran 3 CTAs x 4 warps per
 // SM; this tile reads no Q per block, ~148 KB in all, with 2 CTAs x 8 warps per SM (the O
 // accumulators halve to 32 registers per thread, which is what leaves room for Q's 36).

@@ -15,12 +15,12 @@
 // consumer threads; empty(g) = bar.arrive by the consumers after their P.V + bar.sync by group g
 // before it overwrites the tile (skipped for its first block). Each group drains the consumers'
 // last empty arrival before it exits, so every barrier ends complete. compute-sanitizer racecheck
-// (CUDA 13.0) does not model arrive / sync hand-offs (scripts/experiments/
-// racecheck_arrive_probe.cu) and reports hazards on this protocol; gpu_check.sh runs its
-// racecheck on the split kernel.
-// Why and measured (H200, docs/kernels/portable_sparse_decode.md "Session 14"): in kernel.cuh the
-// same 8 warps gather, dequantise and multiply between CTA barriers, and 16 heads stayed at 0.54x
-// the 64-head time at V3.2 b = 64 (99.4 us). This kernel: 89.8 us (0.49x). Versions measured:
+// (CUDA 13.0) does not model arrive / sync hand-offs (the probe racecheck_arrive_probe.cu of
+// commit bd7b7ca) and reports hazards on this protocol; gpu_check.sh runs its racecheck on the
+// split kernel.
+// Why and measured (H200, docs/kernels/portable_sparse_decode.md "Versions tried"): in kernel.cuh
+// the same 8 warps gather, dequantise and multiply between CTA barriers, and 16 heads stayed at
+// 0.54x the 64-head time at V3.2 b = 64 (99.4 us). This kernel: 89.8 us (0.49x). Versions measured:
 // FP8 bytes loaded straight into two groups' registers (FlashMLA's producer; one block per group
 // in flight) 95.4 us; one 8-warp producer over a 4-stage cp.async ring 102 us (its producers
 // alone took 85 us: one conversion at a time, a serial chain per block); two groups with 3 raw

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
 
   // The next block's gather is spread over QK^T: one cp.async per k-step (kCopies == the warp's
   // 2 * kPanels k-steps), so the LSU takes the copies between the ldmatrix/mma work instead of
-  // in one burst of kCopies per thread before it. Session 7's ncu profile of the burst: ~10 % of
+  // in one burst of kCopies per thread before it. The ncu profile of the burst (7030ba7): ~10 % of
   // the stall samples were long-scoreboard waits of instructions that reuse an LDGSTS's address
   // registers (inferred: the warps wait for the LSU to take the burst; stall_mio itself was ~2 %);
   // interleaved, H200 A/B 0.965-0.982 on the 64-row prefill.
