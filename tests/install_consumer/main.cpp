@@ -50,9 +50,9 @@ int main() {
   for (int64_t h = 0; h < h_q; ++h) {
     for (int64_t j = 0; j < d_v; ++j) {
       if (out[h * d_v + j] != kv[2 * d_qk + j]) {
-        return fail("out[0," + std::to_string(h) + "," + std::to_string(j) + "] = " +
-                    std::to_string(bf16_to_float(out[h * d_v + j])) + ", want KV row 2's " +
-                    std::to_string(bf16_to_float(kv[2 * d_qk + j])));
+        return fail("out[0," + std::to_string(h) + "," + std::to_string(j) +
+                    "] = " + std::to_string(bf16_to_float(out[h * d_v + j])) +
+                    ", want KV row 2's " + std::to_string(bf16_to_float(kv[2 * d_qk + j])));
       }
     }
     double score = 0.0;
@@ -83,15 +83,18 @@ int main() {
   std::vector<KernelAvailability> kernels = list_prefill_kernels(problem);
   for (KernelAvailability& k : list_decode_kernels(SparseDecodeProblem{})) kernels.push_back(k);
   bool lists_cuda = false;
-  for (const KernelAvailability& k : kernels) lists_cuda = lists_cuda || k.backend == Backend::kCuda;
+  for (const KernelAvailability& k : kernels) {
+    if (k.backend == Backend::kCuda) lists_cuda = true;
+  }
   if (lists_cuda != bool(PACKAGE_WITH_CUDA)) {
     return fail(std::string("the package says CUDA is ") + (PACKAGE_WITH_CUDA ? "" : "not ") +
                 "compiled in, but the library lists " + (lists_cuda ? "" : "no ") +
                 "CUDA kernel variants");
   }
 
-  std::printf("install_consumer: sparse-mla %s (%s CUDA): prefill out, lse, max_logits and the "
-              "sm_scale error as expected\n",
-              version_string(), PACKAGE_WITH_CUDA ? "with" : "without");
+  std::printf(
+      "install_consumer: sparse-mla %s (%s CUDA): prefill out, lse, max_logits and the "
+      "sm_scale error as expected\n",
+      version_string(), PACKAGE_WITH_CUDA ? "with" : "without");
   return 0;
 }
