@@ -3,7 +3,9 @@
 # missing (idempotent; a no-op on a machine that has them). Needs root or sudo for apt-get.
 set -euo pipefail
 
-packages=(cmake ninja-build g++ make git libgtest-dev nlohmann-json3-dev libopenblas-dev)
+# clang-format: scripts/check_format.sh (run by .ci/run) checks the C++ and CUDA files with it.
+packages=(cmake ninja-build g++ make git libgtest-dev nlohmann-json3-dev libopenblas-dev
+  clang-format)
 # python3 (with venv) may come from pyenv rather than Debian: ask apt only when it is missing.
 if ! command -v python3 >/dev/null || ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
   packages+=(python3 python3-venv)
