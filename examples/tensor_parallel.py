@@ -579,6 +579,14 @@ def _commit() -> Dict:
         return {"commit": None}
 
 
+def _command(d: Dist) -> str:
+    """The command line as it was launched (torchrun's form when there are several processes)."""
+    if d.world == 1:
+        return " ".join(["python"] + sys.argv)
+    local = os.environ.get("LOCAL_WORLD_SIZE", str(d.world))
+    return " ".join([f"torchrun --nproc_per_node={local}"] + sys.argv)
+
+
 def shard_entry(rank: int, shard: int, run: ShardRun, gather_ms: List[float],
                 device: str, layers: int) -> Dict:
     return dict(rank=rank, shard=shard, heads=list(run.heads), device=device,
@@ -665,7 +673,7 @@ def make_report(args, d: Dist, shards: int, entries: List[Dict], all_heads: Shar
     slowest_decode = max(e["decode_step_ms"] for e in entries)
     slowest_decode_gather = max(e["decode_step_ms"] + (e["gather_ms"] or 0) for e in entries)
     return dict(
-        example="examples/tensor_parallel.py", command=" ".join([sys.executable] + sys.argv),
+        example="examples/tensor_parallel.py", command=_command(d),
         date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **_commit(), host=socket.gethostname(), torch=torch.__version__,
         sparse_mla=sparse_mla.__version__, device=device_name(d.device), backend=args.device,
