@@ -311,8 +311,8 @@ def make_problem(args: argparse.Namespace, device: torch.device) -> Problem:
         for _ in range(layers):
             q_step.append(_randn(gen, b, t, h, D_QK).clamp(-1, 1).to(torch.bfloat16))
             # The indexer's pick: extra_topk distinct compressed tokens per query token.
-            score = torch.rand(b, t, args.extra_context, generator=gen)
-            score[torch.arange(args.extra_context)[None, None, :] >= compressed[:, None, None]] = -1
+            score = torch.rand(b, t, args.extra_context, generator=gen).masked_fill(
+                torch.arange(args.extra_context)[None, None, :] >= compressed[:, None, None], -1)
             picked = score.topk(args.extra_topk, dim=-1)
             ok = picked.values >= 0
             extra_step.append(physical(extra_table, picked.indices, EXTRA_PAGE, ok))
@@ -517,6 +517,13 @@ def check(p: Problem, args: argparse.Namespace, prefill, decode, all_heads: Shar
     """Every gathered output against the all-heads run (SPEC §5 tolerances), and a sample
     against the float64 reference. Returns the failures (empty: passed)."""
     failures = []
+    # Every query sees at least one key (its own token), so no lse may be +inf: outputs that
+    # attended to nothing would match each other and the check would say nothing.
+    for what, lse in ([(f"prefill layer {i} lse", prefill[i][2]) for i in range(args.layers)] +
+                      [(f"decode step {s} layer {i} lse", decode[s][i][1])
+                       for s in range(args.steps) for i in range(args.layers)]):
+        if not torch.isfinite(lse).all():
+            failures.append(f"{what}: {int((~torch.isfinite(lse)).sum())} queries saw no key")
     for layer in range(args.layers):
         for name, got, want, tol in zip(("out", "max_logits", "lse"), prefill[layer],
                                         all_heads.prefill[layer],
