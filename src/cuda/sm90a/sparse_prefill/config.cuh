@@ -37,7 +37,8 @@ inline constexpr int kTileBytes = kHeadRows * kDqk * 2;
 inline constexpr int kPanelBytes = 64 * 128;  // one [64 rows][64 dims] panel
 
 // Shared memory, d_qk 576: 73,728 Q + 2 x 73,728 KV + 8,192 P + 1,152 row statistics and
-// validity + 40 barriers = 230,592 B (+ 1,024 alignment slack <= 232,448).
+// validity + 40 barriers, rounded up to 1 KiB = 231,424 B; + 1,024 alignment slack = 232,448,
+// the sm_90 limit exactly (d_qk 512: 206,848 + 1,024).
 template <int kDqk>
 struct Smem {
   alignas(1024) uint8_t q[kTileBytes<kDqk>];            // [64 heads, d_qk] bf16, swizzled
