@@ -5,7 +5,9 @@ validation, planning, output allocation — and return before a kernel would sta
 is mostly independent of the back end, so it is measured on the CPU, where no GPU is needed.
 
 Also times the pieces a call is made of (raw operator calls, torch.empty, torch.ops attribute
-lookup), to show where the time goes. Medians over --calls calls after a warm-up.
+lookup), to show where the time goes. Each figure is the smallest of --rounds medians of --calls
+calls, the cases taking turns round by round: on a shared machine the load changes within
+seconds, and the quietest round is the one that shows the code's cost.
 
     python benchmarks/python/host_overhead.py --json out.json [--label NAME]
 """
@@ -13,6 +15,7 @@ lookup), to show where the time goes. Medians over --calls calls after a warm-up
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -29,19 +32,21 @@ import sparse_mla.flash_mla as flash_mla  # noqa: E402
 
 
 def median_us(call, calls: int) -> float:
-    for _ in range(min(calls // 10, 500)):
+    """Median over `calls` calls (after a warm-up), in microseconds."""
+    for _ in range(min(calls // 10, 200)):
         call()
     samples = []
     for _ in range(calls):
         t0 = time.perf_counter_ns()
         call()
         samples.append(time.perf_counter_ns() - t0)
-    return round(statistics.median(samples) / 1e3, 2)
+    return statistics.median(samples) / 1e3
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--calls", type=int, default=3000)
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--label", default="")
     p.add_argument("--json")
     opts = p.parse_args()
@@ -77,19 +82,63 @@ def main() -> int:
         "piece: torch.ops.sparse_mla.sparse_decode attribute chain": lambda: torch.ops.
         sparse_mla.sparse_decode.default,
     }
+    # The per-call Python work that host_time's results table attributes (b9dcd62's code, written
+    # out here, against what replaced it).
+    names = ("q", "kv_cache", "indices", "topk_length", "attn_sink", "extra_kv_cache",
+             "extra_indices", "extra_topk_length")
+    planned = [a.get(n) for n in names]
+    shapes = {n: None if t is None else tuple(t.shape) for n, t in zip(names, planned)}
+
+    def shape_dict_check():
+        got = {n: None if t is None else tuple(t.shape) for n, t in zip(names, planned)}
+        for n, shape in got.items():
+            if shape != shapes[n]:
+                raise AssertionError(n)
+
+    key = tuple(None if t is None else t.shape for t in planned)
+
+    def shape_key_check():
+        if tuple(None if t is None else t.shape for t in planned) != key:
+            raise AssertionError("key")
+
+    times["piece: plan check as a dict of shapes per call (b9dcd62)"] = shape_dict_check
+    times["piece: plan check as one tuple of shapes"] = shape_key_check
+    config_type = flash_mla.FlashMLASchedMeta.Config
+    q, cache, idx = a["q"], a["kv_cache"], a["indices"]
+    extra, e_idx = a["extra_kv_cache"], a["extra_indices"]
+    held = config_type(q.shape[0], q.shape[1], q.shape[2], cache.shape[1], cache.shape[2], False,
+                       True, idx.shape[-1], extra.shape[1], e_idx.shape[-1])
+
+    def config_check():
+        fmt = sparse_mla.infer_kv_cache_format(cache)
+        want = config_type(q.shape[0], q.shape[1], q.shape[2], cache.shape[1], cache.shape[2],
+                           False, True, idx.shape[-1], extra.shape[1], e_idx.shape[-1])
+        dict(topk_length=a["topk_length"], attn_sink=a["attn_sink"], extra_kv_cache=extra,
+             extra_indices=e_idx, extra_topk_length=a["extra_topk_length"], kv_format=fmt,
+             d_v=512)
+        for field in dataclasses.fields(want):
+            if getattr(held, field.name) != getattr(want, field.name):
+                raise AssertionError(field.name)
+
+    times["piece: FlashMLA holder check: format, Config, _check_config, dict (b9dcd62)"] = \
+        config_check
     if hasattr(torch.ops.sparse_mla, "sparse_decode_alloc"):
         alloc = torch.ops.sparse_mla.sparse_decode_alloc.default
         times["piece: torch.ops.sparse_mla.sparse_decode_alloc.default"] = lambda: alloc(
             a["q"], a["kv_cache"], a["indices"], a["topk_length"], a["attn_sink"],
             a["extra_kv_cache"], a["extra_indices"], a["extra_topk_length"], None, None, 512,
             plan.workspace, False)
-    results = {}
-    for name, call in times.items():
-        results[name] = median_us(call, opts.calls)
-        print(f"{name:66s} {results[name]:7.2f} us")
+    rounds = {name: [] for name in times}
+    for _ in range(opts.rounds):
+        for name, call in times.items():
+            rounds[name].append(median_us(call, opts.calls))
+    results = {name: round(min(r), 2) for name, r in rounds.items()}
+    for name, value in results.items():
+        print(f"{name:66s} {value:7.2f} us")
     if opts.json:
         with open(opts.json, "w") as f:
-            json.dump(dict(label=opts.label, calls=opts.calls, torch=torch.__version__,
+            json.dump(dict(label=opts.label, calls=opts.calls, rounds=opts.rounds,
+                           torch=torch.__version__,
                            sparse_mla=os.path.dirname(sparse_mla.__file__),
                            median_us=results), f, indent=1)
             f.write("\n")
