@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -180,6 +181,10 @@ def time_isolated(call: Callable[[], object], device: str, runs: int, warmup: in
 
 
 def commit() -> Dict:
+    """The tree's commit; SMLA_COMMIT wins (a copy of the tree on another machine has no git)."""
+    if os.environ.get("SMLA_COMMIT"):
+        return dict(commit=os.environ["SMLA_COMMIT"], git_dirty=None)
+
     def git(*cmd):
         try:
             return subprocess.run(["git", *cmd], capture_output=True, text=True,
