@@ -2,13 +2,18 @@
 
 Every function runs on the device of its tensors: CPU tensors on the CPU back end, CUDA tensors
 on the CUDA back end, on torch's current CUDA stream (so calls can be captured in a CUDA graph).
-Outputs are allocated unless passed in (``out=``, ``max_logits=``, ``lse=``); passed outputs are
-written in place and returned. Errors in the arguments raise ``ValueError``; valid input that
-the chosen back end cannot run, or a device failure, raises ``RuntimeError``. The messages name
-the argument and its value.
+Outputs are allocated unless passed in (``out=``, ``max_logits=``, ``lse=``), after every argument
+has been validated; passed outputs are written in place and returned, and must not overlap
+themselves or alias an input. Errors in the arguments raise ``ValueError``; valid input that
+the chosen back end cannot run, or a device failure, raises ``RuntimeError``; an argument that
+requires grad raises ``NotImplementedError`` (no backward). The messages name the argument and
+its value (docs/python.md, "What the package rejects and why").
 
-The functions call the torch operators ``torch.ops.sparse_mla.{sparse_prefill, plan_decode,
-sparse_decode}``; the fake implementations registered below let ``torch.compile`` trace them.
+The functions call the torch operators ``torch.ops.sparse_mla.{sparse_prefill,
+sparse_prefill_alloc, plan_decode, sparse_decode, sparse_decode_alloc}`` (``*_alloc``: the
+operator allocates the outputs); the fake implementations registered below let
+``torch.compile`` trace them. The operators are looked up once, at import: every call's
+attribute chain through ``torch.ops`` is host time.
 """
 
 from __future__ import annotations
@@ -21,10 +26,6 @@ import torch
 from sparse_mla.kv_cache import KvCacheFormat, kv_cache_format
 
 _D_V = 512
-
-
-def _format_name(kv_format: "str | KvCacheFormat | None") -> Optional[str]:
-    return None if kv_format is None else kv_cache_format(kv_format).name
 
 
 def sparse_prefill(
@@ -105,8 +106,7 @@ class DecodePlan:
     reason: str
     workspace: Optional[torch.Tensor]
     shapes: Dict[str, Optional[Tuple[int, ...]]]
-
-
+    # The same shapes as one tuple (see _shape_key), what sparse_decode compares on every call.
     _shape_key: tuple = dataclasses.field(default=(), repr=False, compare=False)
 
 
