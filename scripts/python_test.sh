@@ -62,8 +62,9 @@ if [[ $(installed_torch || true) != "$torch_version" ]] || ! torch_ok; then
     torch_ok || { log "torch $torch_version does not import"; exit 1; }
   fi
 fi
-# The build backend and the test runner; numpy only silences torch's warning about its absence.
-"${pip[@]}" "scikit-build-core>=0.10" "pytest>=7" numpy
+# The build backend, the test runner and the property-based fuzz test's engine (hypothesis);
+# numpy only silences torch's warning about its absence.
+"${pip[@]}" "scikit-build-core>=0.10" "pytest>=7" "hypothesis>=6" numpy
 
 if [[ -z ${SMLA_ENABLE_CUDA:-} ]]; then
   # CUDA back end only where it can run: a visible GPU and nvcc of torch's CUDA major version.

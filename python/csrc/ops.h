@@ -5,6 +5,8 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 
 #include <cstdint>
 #include <optional>
@@ -22,6 +24,13 @@ void sparse_prefill(const at::Tensor& q, const at::Tensor& kv, const at::Tensor&
                     const std::optional<at::Tensor>& topk_length, at::Tensor& out,
                     at::Tensor& max_logits, at::Tensor& lse);
 
+// sparse_prefill with outputs it allocates after validating every argument:
+// (out, max_logits, lse).
+std::tuple<at::Tensor, at::Tensor, at::Tensor> sparse_prefill_alloc(
+    const at::Tensor& q, const at::Tensor& kv, const at::Tensor& indices, double sm_scale,
+    int64_t d_v, const std::optional<at::Tensor>& attn_sink,
+    const std::optional<at::Tensor>& topk_length);
+
 // The decode plan for these arguments' shapes (host only; reads no tensor data):
 // (workspace_bytes, num_sm_parts, backend, kernel, reason).
 std::tuple<int64_t, int64_t, std::string, std::string, std::string> plan_decode(
@@ -33,7 +42,8 @@ std::tuple<int64_t, int64_t, std::string, std::string, std::string> plan_decode(
 
 // SPEC §3. q [b, s_q, h_q, d_qk] bf16, caches [num_blocks, page_block_size, 1, bytes_per_token],
 // indices [b, s_q, topk] int32, topk_length [b] or [b, s_q] int32, attn_sink [h_q] fp32;
-// writes out [b, s_q, h_q, d_v] bf16 and lse [b, s_q, h_q] fp32. `workspace` (uint8, on the
+// writes out [b, s_q, h_q, d_v] bf16 and lse [b, s_q, h_q] fp32. Outputs (and the workspace)
+// must not overlap themselves or any input. `workspace` (uint8, on the
 // device, at least the plan's workspace_bytes) holds the split schedule; when absent one is
 // allocated for this call. reuse_schedule: the workspace already holds the schedule of an
 // earlier call with the same shapes and topk lengths.
@@ -46,6 +56,20 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
                    std::optional<std::string_view> kv_format, std::optional<double> softmax_scale,
                    int64_t d_v, const std::optional<at::Tensor>& workspace, bool reuse_schedule,
                    at::Tensor& out, at::Tensor& lse);
+
+// sparse_decode with outputs it allocates after validating every argument: (out, lse).
+std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
+    const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& indices,
+    const std::optional<at::Tensor>& topk_length, const std::optional<at::Tensor>& attn_sink,
+    const std::optional<at::Tensor>& extra_kv_cache, const std::optional<at::Tensor>& extra_indices,
+    const std::optional<at::Tensor>& extra_topk_length, std::optional<std::string_view> kv_format,
+    std::optional<double> softmax_scale, int64_t d_v, const std::optional<at::Tensor>& workspace,
+    bool reuse_schedule);
+
+// Autograd kernel of every operator: none of them has a backward, so an input that requires
+// grad (with grad mode on) raises NotImplementedError naming the operator and the argument;
+// otherwise the call goes on below autograd.
+void no_backward(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
 
 // SPEC §4, host memory only. kv [num_blocks, page_block_size, 1, d_qk] bf16 -> cache bytes
 // [num_blocks, page_block_size, 1, bytes_per_token]; every byte of every block stride is written.

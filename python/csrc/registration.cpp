@@ -14,6 +14,10 @@ TORCH_LIBRARY(sparse_mla, m) {
       "Tensor(c!) lse) -> ()",
       tags);
   m.def(
+      "sparse_prefill_alloc(Tensor q, Tensor kv, Tensor indices, float sm_scale, int d_v, "
+      "Tensor? attn_sink, Tensor? topk_length) -> (Tensor out, Tensor max_logits, Tensor lse)",
+      tags);
+  m.def(
       "plan_decode(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_length, "
       "Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
       "Tensor? extra_topk_length, str? kv_format, int d_v) -> (int, int, str, str, str)");
@@ -23,6 +27,12 @@ TORCH_LIBRARY(sparse_mla, m) {
       "Tensor? extra_topk_length, str? kv_format, float? softmax_scale, int d_v, "
       "Tensor(d!)? workspace, bool reuse_schedule, Tensor(a!) out, Tensor(b!) lse) -> ()",
       tags);
+  m.def(
+      "sparse_decode_alloc(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_length, "
+      "Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
+      "Tensor? extra_topk_length, str? kv_format, float? softmax_scale, int d_v, "
+      "Tensor(d!)? workspace, bool reuse_schedule) -> (Tensor out, Tensor lse)",
+      tags);
   m.def("quantize_kv_cache(Tensor kv, str kv_format, Tensor(a!) cache) -> ()", tags);
   m.def("dequantize_kv_cache(Tensor cache, str? kv_format, Tensor(a!) out) -> ()", tags);
 }
@@ -31,6 +41,8 @@ TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) {
   m.impl("sparse_prefill", &sparse_mla::python::sparse_prefill);
   m.impl("plan_decode", &sparse_mla::python::plan_decode);
   m.impl("sparse_decode", &sparse_mla::python::sparse_decode);
+  m.impl("sparse_prefill_alloc", &sparse_mla::python::sparse_prefill_alloc);
+  m.impl("sparse_decode_alloc", &sparse_mla::python::sparse_decode_alloc);
   m.impl("quantize_kv_cache", &sparse_mla::python::quantize_kv_cache);
   m.impl("dequantize_kv_cache", &sparse_mla::python::dequantize_kv_cache);
 }
@@ -39,4 +51,16 @@ TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) {
   m.impl("sparse_prefill", &sparse_mla::python::sparse_prefill);
   m.impl("plan_decode", &sparse_mla::python::plan_decode);
   m.impl("sparse_decode", &sparse_mla::python::sparse_decode);
+  m.impl("sparse_prefill_alloc", &sparse_mla::python::sparse_prefill_alloc);
+  m.impl("sparse_decode_alloc", &sparse_mla::python::sparse_decode_alloc);
+}
+
+// No operator has a backward: an input that requires grad raises instead of giving outputs
+// without gradients.
+TORCH_LIBRARY_IMPL(sparse_mla, Autograd, m) {
+  for (const char* name : {"sparse_prefill", "sparse_prefill_alloc", "plan_decode",
+                           "sparse_decode", "sparse_decode_alloc", "quantize_kv_cache",
+                           "dequantize_kv_cache"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&sparse_mla::python::no_backward>());
+  }
 }

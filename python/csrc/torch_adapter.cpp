@@ -4,10 +4,16 @@
 // other than CPU and CUDA) and works out a cache's format and block stride.
 #include "torch_adapter.h"
 
+#include <ATen/ops/empty.h>
+
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <array>
+#include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "sparse_mla/kv_cache_format.h"
 
@@ -55,15 +61,16 @@ Device to_device(const char* op, const char* name, const at::Tensor& t) {
 }
 
 TensorView to_view(const char* op, const char* name, const at::Tensor& t) {
-  const std::string prefix = std::string(op) + ": " + name;
-  if (!t.defined()) fail_value(prefix + " is an undefined tensor");
+  // The prefix is built only on the error paths: this runs for every argument of every call.
+  auto prefix = [&] { return std::string(op) + ": " + name; };
+  if (!t.defined()) fail_value(prefix() + " is an undefined tensor");
   if (t.dim() > kMaxRank) {
-    fail_value(prefix + " must have rank <= " + std::to_string(kMaxRank) + ", got shape " +
+    fail_value(prefix() + " must have rank <= " + std::to_string(kMaxRank) + ", got shape " +
                shape_text(t));
   }
   std::optional<DType> dtype = to_dtype(t.scalar_type());
   if (!dtype) {
-    fail_value(prefix + " has dtype " + std::string(c10::toString(t.scalar_type())) +
+    fail_value(prefix() + " has dtype " + std::string(c10::toString(t.scalar_type())) +
                ", which no argument of sparse-mla takes (bf16, fp32, int32, uint8, float8_e4m3fn)");
   }
   TensorView v;
@@ -78,6 +85,69 @@ TensorView to_view(const char* op, const char* name, const at::Tensor& t) {
   return v;
 }
 
+namespace {
+
+std::string strides_text(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.stride(d));
+  return s + "]";
+}
+
+// [first, last] byte addresses `t` touches; false when it has no elements.
+bool byte_range(const at::Tensor& t, uintptr_t* first, uintptr_t* last) {
+  if (t.numel() == 0) return false;
+  int64_t lo = 0, hi = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    const int64_t reach = (t.size(d) - 1) * t.stride(d);
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(t.data_ptr());
+  const auto elem = static_cast<int64_t>(t.element_size());
+  *first = base + static_cast<uintptr_t>(lo * elem);
+  *last = base + static_cast<uintptr_t>(hi * elem + elem - 1);
+  return true;
+}
+
+}  // namespace
+
+void check_no_internal_overlap(const char* op, const char* name, const at::Tensor& t) {
+  if (t.numel() <= 1) return;
+  // Dimensions of size > 1 by increasing stride: no two elements share memory if every stride
+  // exceeds the span of the smaller-stride dimensions (sufficient, and what every layout torch
+  // makes satisfies).
+  std::array<std::pair<int64_t, int64_t>, 8> dims{};  // (|stride|, size)
+  int n = 0;
+  for (int64_t d = 0; d < t.dim() && n < 8; ++d) {
+    if (t.size(d) > 1) dims[n++] = {std::abs(t.stride(d)), t.size(d)};
+  }
+  std::sort(dims.begin(), dims.begin() + n);
+  int64_t span = 0;  // elements covered by the dimensions so far, minus one
+  for (int i = 0; i < n; ++i) {
+    if (dims[i].first <= span) {
+      fail_value(std::string(op) + ": " + name + " has sizes " + shape_text(t) + " and strides " +
+                 strides_text(t) +
+                 ", so two of its elements share memory; an output needs strides under which "
+                 "every element has its own memory (e.g. a contiguous tensor)");
+    }
+    span += (dims[i].second - 1) * dims[i].first;
+  }
+}
+
+void check_disjoint(const char* op, const char* out_name, const at::Tensor& out,
+                    const char* other_name, const at::Tensor& other) {
+  if (!other.defined() || !out.defined() || !out.has_storage() || !other.has_storage()) return;
+  if (!out.storage().is_alias_of(other.storage())) return;
+  uintptr_t a0, a1, b0, b1;
+  if (!byte_range(out, &a0, &a1) || !byte_range(other, &b0, &b1)) return;
+  if (a0 <= b1 && b0 <= a1) {
+    fail_value(std::string(op) + ": " + out_name + " overlaps " + other_name + " in memory (" +
+               out_name + " spans bytes [" + std::to_string(static_cast<int64_t>(a0 - b0)) + ", " +
+               std::to_string(static_cast<int64_t>(a1 - b0) + 1) + ") relative to " + other_name +
+               "'s first byte, which spans " + std::to_string(b1 - b0 + 1) +
+               "); outputs must not alias inputs or each other");
+  }
+}
+
 std::optional<TensorView> to_view(const char* op, const char* name,
                                   const std::optional<at::Tensor>& t) {
   if (!t.has_value()) return std::nullopt;
@@ -85,7 +155,7 @@ std::optional<TensorView> to_view(const char* op, const char* name,
 }
 
 KvCacheView to_cache_view(const char* op, const char* name, const at::Tensor& t,
-                          std::optional<std::string_view> format) {
+                          std::optional<std::string_view> format, at::Tensor* staged) {
   const std::string prefix = std::string(op) + ": " + name;
   if (!t.defined()) fail_value(prefix + " is an undefined tensor");
   if (t.dim() != 4 || t.size(2) != 1) {
@@ -159,11 +229,31 @@ KvCacheView to_cache_view(const char* op, const char* name, const at::Tensor& t,
   v.d_qk = d_qk;
   v.device = to_device(op, name, t);
   v.block_stride_bytes = t.stride(0) * elem;
+  const int64_t min_stride = kv_cache_min_block_stride(fmt, page_block_size, d_qk);
+  if (fmt == KvCacheFormat::kV4Fp8 && v.block_stride_bytes > min_stride) {
+    fail_value(prefix + ".stride(0) = " + std::to_string(t.stride(0)) + " (" +
+               std::to_string(v.block_stride_bytes) + " bytes) is not the v4_fp8 block stride " +
+               std::to_string(min_stride) + " for page_block_size " +
+               std::to_string(page_block_size) +
+               ": a v4_fp8 block stores the scales after all the rows it holds, so a view keeping "
+               "fewer rows than its blocks hold (e.g. cache[:, :k]) or a padded block stride "
+               "cannot be read; pass whole, unpadded pages");
+  }
   if (num_blocks == 1) {
     // The stride of a single block is never used to address anything; torch reports the packed
     // size, which for v4_fp8 is below the 576-byte-aligned stride the format prescribes.
-    const int64_t min_stride = kv_cache_min_block_stride(fmt, page_block_size, d_qk);
     if (v.block_stride_bytes < min_stride) v.block_stride_bytes = min_stride;
+  } else if (staged != nullptr && fmt == KvCacheFormat::kV4Fp8 &&
+             v.block_stride_bytes == bytes_per_token * page_block_size &&
+             v.block_stride_bytes < min_stride) {
+    // Packed blocks (a clone of a cache view): every block's bytes, closer together than the
+    // format's stride. Copy them into a buffer with the format's block stride.
+    const int64_t used = v.block_stride_bytes;
+    *staged = at::empty({num_blocks * min_stride}, t.options().dtype(at::kByte));
+    staged->as_strided({num_blocks, used}, {min_stride, 1})
+        .copy_(t.view(at::kByte).reshape({num_blocks, used}));
+    v.data = staged->data_ptr();
+    v.block_stride_bytes = min_stride;
   }
   return v;
 }

@@ -32,13 +32,31 @@ TensorView to_view(const char* op, const char* name, const at::Tensor& t);
 std::optional<TensorView> to_view(const char* op, const char* name,
                                   const std::optional<at::Tensor>& t);
 
+// Rejects an output tensor two of whose elements share memory (strides that make dimensions
+// overlap, not only the zero strides the library itself rejects). ValueError naming `name`.
+void check_no_internal_overlap(const char* op, const char* name, const at::Tensor& t);
+
+// Rejects `out` (an output or the workspace) sharing any byte with `other` (an input or another
+// output): the library reads and writes through raw pointers, so aliasing gives garbage.
+// `other` may be undefined (absent optional argument).
+void check_disjoint(const char* op, const char* out_name, const at::Tensor& out,
+                    const char* other_name, const at::Tensor& other);
+
 // A paged cache as FlashMLA passes it: `t` is [num_blocks, page_block_size, 1, bytes_per_token]
 // of uint8 / int8 / float8_e4m3fn (or [.., 1, d_qk] bf16 for the bf16 format), token rows
 // `bytes_per_token` apart (stride(1)), blocks stride(0) apart. `format` is a format name
 // ("v32_fp8", "v4_fp8", "bf16"); when absent it is inferred from bytes_per_token
 // (656 -> v32_fp8, 584 -> v4_fp8, 1024 / 1152 -> bf16, or a bf16 dtype).
+//
+// v4_fp8 keeps a block's scales after all its rows, so its block stride must be exactly
+// kv_cache_min_block_stride (SPEC §4): a larger stride is what a view keeping fewer rows than
+// its blocks hold looks like (cache[:, :k]), whose scales would be read at the wrong offsets,
+// and is rejected. A *packed* multi-block v4_fp8 tensor (block stride page_block_size * 584, what
+// torch.clone() makes of a cache view) holds every byte of its blocks; with `staged` given it is
+// copied into a buffer of the format's block stride (*staged, kept alive by the caller) and the
+// view points there (the caller detects this by *staged being defined); without, it is rejected.
 KvCacheView to_cache_view(const char* op, const char* name, const at::Tensor& t,
-                          std::optional<std::string_view> format);
+                          std::optional<std::string_view> format, at::Tensor* staged = nullptr);
 
 // Bytes addressable from t.data_ptr() to the end of its storage.
 int64_t bytes_to_storage_end(const at::Tensor& t);

@@ -23,7 +23,7 @@ from typing import Optional, Tuple
 import torch
 
 from sparse_mla.kv_cache import infer_kv_cache_format
-from sparse_mla.ops import DecodePlan, plan_decode, sparse_decode, sparse_prefill
+from sparse_mla.ops import _DECODE_ALLOC, _PREFILL_ALLOC, DecodePlan, plan_decode, sparse_decode
 
 
 @dataclasses.dataclass
@@ -60,6 +60,10 @@ class FlashMLASchedMeta:
     have_initialized: bool = False
     config: Optional[Config] = None
     plan: Optional[DecodePlan] = None
+    # Every shape (and the cache dtype) of the call that filled the holder, with the format it
+    # found: a later call whose key is equal skips the per-call configuration work.
+    _key: Optional[tuple] = dataclasses.field(default=None, repr=False, compare=False)
+    _kv_format: Optional[str] = dataclasses.field(default=None, repr=False, compare=False)
 
 
 def get_mla_metadata(*args, **kwargs) -> Tuple[FlashMLASchedMeta, None]:
@@ -146,6 +150,24 @@ def flash_mla_with_kvcache(
             "flash_mla_with_kvcache: causal=True is not supported (sparse decode has no causal "
             "mask)"
         )
+    # Every planned shape, the cache dtype and the flags: equal to the holder's key, the call is
+    # the configuration the holder was filled for, its plan fits (the plan's own shape check
+    # would pass) and the format is the one found then.
+    key = (q.shape, k_cache.shape, k_cache.dtype, indices.shape, is_fp8_kvcache, head_dim_v,
+           None if topk_length is None else topk_length.shape,
+           None if attn_sink is None else attn_sink.shape,
+           None if extra_k_cache is None else (extra_k_cache.shape, extra_k_cache.dtype),
+           None if extra_indices_in_kvcache is None else extra_indices_in_kvcache.shape,
+           None if extra_topk_length is None else extra_topk_length.shape)
+    if sched_meta.have_initialized and key == sched_meta._key:
+        out, lse = _DECODE_ALLOC(
+            q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache,
+            extra_topk_length, sched_meta._kv_format,
+            None if softmax_scale is None else float(softmax_scale), head_dim_v,
+            sched_meta.plan.workspace, True,
+        )
+        return out, lse.transpose(1, 2)
+
     kv_format = infer_kv_cache_format(k_cache)
     if is_fp8_kvcache == (kv_format == "bf16"):
         raise ValueError(
@@ -184,6 +206,7 @@ def flash_mla_with_kvcache(
     # holder: a later call reuses that schedule without rebuilding it.
     if not reuse:
         sched_meta.plan, sched_meta.config, sched_meta.have_initialized = plan, config, True
+        sched_meta._key, sched_meta._kv_format = key, kv_format
     return out, lse.transpose(1, 2)
 
 
@@ -210,7 +233,7 @@ def flash_mla_sparse_fwd(
     Returns:
         ``(out [s_q, h_q, d_v] bf16, max_logits [s_q, h_q] fp32, lse [s_q, h_q] fp32)``.
     """
-    return sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+    return _PREFILL_ALLOC(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length)
 
 
 def _dense_not_supported(name: str) -> NotImplementedError:

@@ -2,8 +2,11 @@
 
 A cache is the tensor FlashMLA takes: ``[num_blocks, page_block_size, 1, bytes_per_token]`` of
 ``torch.uint8`` (``int8`` and ``float8_e4m3fn`` are accepted too), token rows packed inside a
-block, blocks ``cache.stride(0)`` bytes apart (the block stride may exceed
-``page_block_size * bytes_per_token``; ``v4_fp8`` needs a multiple of 576). The ``bf16`` format
+block, blocks ``cache.stride(0)`` bytes apart. For ``v32_fp8`` and ``bf16`` the block stride may
+exceed ``page_block_size * bytes_per_token``; for ``v4_fp8`` it is exactly
+``ceil(page_block_size * 584 / 576) * 576`` (:func:`kv_cache_block_stride`): its blocks keep the
+scales after all their rows, so a view keeping fewer rows than its blocks hold
+(``cache[:, :k]``) cannot be told from a padded block and both are rejected. The ``bf16`` format
 may also be passed as ``[num_blocks, page_block_size, 1, d_qk]`` bf16.
 
 ===========  ===========  ====  ==============================================================
@@ -141,7 +144,8 @@ def empty_kv_cache(
         kv_format: format name.
         d_qk: 512 or 576, for the bf16 format only.
         block_stride: bytes between blocks (default :func:`kv_cache_block_stride`); must be at
-            least that and a multiple of the format's block alignment.
+            least that and a multiple of the format's block alignment, and exactly that for
+            ``v4_fp8``.
         device: where to allocate.
 
     Returns:
@@ -151,6 +155,11 @@ def empty_kv_cache(
     token_bytes = fmt.token_bytes(d_qk)
     minimum = kv_cache_block_stride(fmt, page_block_size, d_qk)
     stride = minimum if block_stride is None else block_stride
+    if fmt.name == "v4_fp8" and stride != minimum:
+        raise ValueError(
+            f"block_stride = {stride}: a v4_fp8 block stride is exactly {minimum} for "
+            f"page_block_size {page_block_size} (its scales follow all the rows of the block)"
+        )
     if stride < minimum or stride % fmt.block_alignment:
         raise ValueError(
             f"block_stride = {stride} must be >= {minimum} and a multiple of "

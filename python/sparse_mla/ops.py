@@ -2,13 +2,18 @@
 
 Every function runs on the device of its tensors: CPU tensors on the CPU back end, CUDA tensors
 on the CUDA back end, on torch's current CUDA stream (so calls can be captured in a CUDA graph).
-Outputs are allocated unless passed in (``out=``, ``max_logits=``, ``lse=``); passed outputs are
-written in place and returned. Errors in the arguments raise ``ValueError``; valid input that
-the chosen back end cannot run, or a device failure, raises ``RuntimeError``. The messages name
-the argument and its value.
+Outputs are allocated unless passed in (``out=``, ``max_logits=``, ``lse=``), after every argument
+has been validated; passed outputs are written in place and returned, and must not overlap
+themselves or alias an input. Errors in the arguments raise ``ValueError``; valid input that
+the chosen back end cannot run, or a device failure, raises ``RuntimeError``; an argument that
+requires grad raises ``NotImplementedError`` (no backward). The messages name the argument and
+its value (docs/python.md, "What the package rejects and why").
 
-The functions call the torch operators ``torch.ops.sparse_mla.{sparse_prefill, plan_decode,
-sparse_decode}``; the fake implementations registered below let ``torch.compile`` trace them.
+The functions call the torch operators ``torch.ops.sparse_mla.{sparse_prefill,
+sparse_prefill_alloc, plan_decode, sparse_decode, sparse_decode_alloc}`` (``*_alloc``: the
+operator allocates the outputs); the fake implementations registered below let
+``torch.compile`` trace them. The operators are looked up once, at import: every call's
+attribute chain through ``torch.ops`` is host time.
 """
 
 from __future__ import annotations
@@ -21,10 +26,6 @@ import torch
 from sparse_mla.kv_cache import KvCacheFormat, kv_cache_format
 
 _D_V = 512
-
-
-def _format_name(kv_format: "str | KvCacheFormat | None") -> Optional[str]:
-    return None if kv_format is None else kv_cache_format(kv_format).name
 
 
 def sparse_prefill(
@@ -63,16 +64,19 @@ def sparse_prefill(
         logit), ``[s_q, h_q]`` fp32 (natural-log log-sum-exp). A query with no valid slot gets
         out 0, max_logits -inf and lse +inf.
     """
+    if out is None and max_logits is None and lse is None:
+        # Validated in full before the outputs are allocated.
+        return _PREFILL_ALLOC(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length)
     s_q, h_q = (q.shape[0], q.shape[1]) if q.dim() == 3 else (0, 0)
     if out is None:
-        out = torch.empty((s_q, h_q, d_v), dtype=torch.bfloat16, device=q.device)
+        # An unsupported d_v gets an empty placeholder: validation reports d_v before any size.
+        out = torch.empty((s_q, h_q, d_v if d_v == _D_V else 0), dtype=torch.bfloat16,
+                          device=q.device)
     if max_logits is None:
         max_logits = torch.empty((s_q, h_q), dtype=torch.float32, device=q.device)
     if lse is None:
         lse = torch.empty((s_q, h_q), dtype=torch.float32, device=q.device)
-    torch.ops.sparse_mla.sparse_prefill(
-        q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length, out, max_logits, lse
-    )
+    _PREFILL(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length, out, max_logits, lse)
     return out, max_logits, lse
 
 
@@ -102,15 +106,44 @@ class DecodePlan:
     reason: str
     workspace: Optional[torch.Tensor]
     shapes: Dict[str, Optional[Tuple[int, ...]]]
+    # The same shapes as one tuple (see _shape_key), what sparse_decode compares on every call.
+    _shape_key: tuple = dataclasses.field(default=(), repr=False, compare=False)
 
 
 _PLANNED_ARGS = ("q", "kv_cache", "indices", "topk_length", "attn_sink", "extra_kv_cache",
                  "extra_indices", "extra_topk_length")
 
 
-def _shapes(*tensors: Optional[torch.Tensor]) -> Dict[str, Optional[Tuple[int, ...]]]:
-    """Shapes of the planned arguments, in _PLANNED_ARGS order."""
-    return {name: None if t is None else tuple(t.shape) for name, t in zip(_PLANNED_ARGS, tensors)}
+def _shape_key(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+               extra_topk_length) -> tuple:
+    """The planned arguments' shapes as one tuple (None for an absent one): compared on every
+    call with a plan, so plain attribute reads, no dict."""
+    return (q.shape, kv_cache.shape, indices.shape,
+            None if topk_length is None else topk_length.shape,
+            None if attn_sink is None else attn_sink.shape,
+            None if extra_kv_cache is None else extra_kv_cache.shape,
+            None if extra_indices is None else extra_indices.shape,
+            None if extra_topk_length is None else extra_topk_length.shape)
+
+
+def _plan_mismatch(plan: "DecodePlan", key: tuple) -> Optional[ValueError]:
+    """The error for arguments whose shapes are not the plan's, naming the first that differs
+    (None when ``plan.shapes`` matches: a plan built by hand has no shape key)."""
+    for name, shape in zip(_PLANNED_ARGS, key):
+        shape = None if shape is None else tuple(shape)
+        if shape != plan.shapes[name]:
+            return ValueError(
+                f"sparse_decode: the arguments do not match the plan: {name} has shape "
+                f"{shape}, the plan was made for {plan.shapes[name]}"
+            )
+    return None
+
+
+def _format_name(kv_format: "str | KvCacheFormat | None") -> Optional[str]:
+    # A string goes to the operator as it is (it names an unknown format in its error).
+    if kv_format is None or isinstance(kv_format, str):
+        return kv_format
+    return kv_cache_format(kv_format).name
 
 
 def plan_decode(
@@ -135,7 +168,7 @@ def plan_decode(
     Returns:
         A :class:`DecodePlan` whose workspace lives on ``q.device``.
     """
-    workspace_bytes, num_sm_parts, backend, kernel, reason = torch.ops.sparse_mla.plan_decode(
+    workspace_bytes, num_sm_parts, backend, kernel, reason = _PLAN(
         q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
         extra_topk_length, _format_name(kv_format), d_v,
     )
@@ -144,9 +177,12 @@ def plan_decode(
         # Zeroed, not empty: reusing a schedule that was never built must not read garbage (an
         # all-zero schedule is a set of empty pieces that write nothing outside the workspace).
         workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=q.device)
-    shapes = _shapes(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+    key = _shape_key(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
                      extra_topk_length)
-    return DecodePlan(workspace_bytes, num_sm_parts, backend, kernel, reason, workspace, shapes)
+    shapes = {name: None if shape is None else tuple(shape)
+              for name, shape in zip(_PLANNED_ARGS, key)}
+    return DecodePlan(workspace_bytes, num_sm_parts, backend, kernel, reason, workspace, shapes,
+                      key)
 
 
 def sparse_decode(
@@ -197,36 +233,65 @@ def sparse_decode(
         ``(out, lse)``: ``[b, s_q, h_q, d_v]`` bf16 and ``[b, s_q, h_q]`` fp32 (natural log;
         +inf, with out 0, for a query with no valid slot).
     """
-    b, s_q, h_q = (q.shape[0], q.shape[1], q.shape[2]) if q.dim() == 4 else (0, 0, 0)
-    if out is None:
-        out = torch.empty((b, s_q, h_q, d_v), dtype=torch.bfloat16, device=q.device)
-    if lse is None:
-        lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
-    if reuse_schedule and plan is None:
+    workspace = None
+    if plan is not None:
+        key = _shape_key(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
+                         extra_indices, extra_topk_length)
+        if key != plan._shape_key:
+            mismatch = _plan_mismatch(plan, key)
+            if mismatch is not None:
+                raise mismatch
+        workspace = plan.workspace
+    elif reuse_schedule:
         raise ValueError(
             "sparse_decode: reuse_schedule=True needs the plan whose schedule to reuse"
         )
-    workspace = None
-    if plan is not None:
-        shapes = _shapes(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
-                         extra_indices, extra_topk_length)
-        for name, shape in shapes.items():
-            if shape != plan.shapes[name]:
-                raise ValueError(
-                    f"sparse_decode: the arguments do not match the plan: {name} has shape "
-                    f"{shape}, the plan was made for {plan.shapes[name]}"
-                )
-        workspace = plan.workspace
-    torch.ops.sparse_mla.sparse_decode(
-        q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-        extra_topk_length, _format_name(kv_format),
-        None if softmax_scale is None else float(softmax_scale), d_v, workspace,
-        reuse_schedule, out, lse,
-    )
+    name = _format_name(kv_format)
+    scale = None if softmax_scale is None else float(softmax_scale)
+    if out is None and lse is None:
+        # Validated in full before the outputs are allocated.
+        return _DECODE_ALLOC(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
+                             extra_indices, extra_topk_length, name, scale, d_v, workspace,
+                             reuse_schedule)
+    b, s_q, h_q = (q.shape[0], q.shape[1], q.shape[2]) if q.dim() == 4 else (0, 0, 0)
+    if out is None:
+        # An unsupported d_v gets an empty placeholder: validation reports d_v before any size.
+        out = torch.empty((b, s_q, h_q, d_v if d_v == _D_V else 0), dtype=torch.bfloat16,
+                          device=q.device)
+    if lse is None:
+        lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
+    _DECODE(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+            extra_topk_length, name, scale, d_v, workspace, reuse_schedule, out, lse)
     return out, lse
 
 
-# ---- fake implementations: the ops only write their (already allocated) outputs ------------
+_PREFILL = torch.ops.sparse_mla.sparse_prefill.default
+_PREFILL_ALLOC = torch.ops.sparse_mla.sparse_prefill_alloc.default
+_PLAN = torch.ops.sparse_mla.plan_decode.default
+_DECODE = torch.ops.sparse_mla.sparse_decode.default
+_DECODE_ALLOC = torch.ops.sparse_mla.sparse_decode_alloc.default
+
+
+# ---- fake implementations ---------------------------------------------------------------------
+# They run for meta tensors and under FakeTensorMode (torch.compile tracing). A meta tensor mixed
+# with real ones would otherwise send the call here and return untouched outputs, so every
+# tensor must be on q's device.
+
+
+def _check_devices(op: str, q: torch.Tensor, **tensors: Optional[torch.Tensor]) -> None:
+    for name, t in tensors.items():
+        if t is not None and t.device != q.device:
+            raise ValueError(
+                f"{op}: {name} is on {t.device} but q is on {q.device}; every tensor of a call "
+                "must be on one device (meta tensors only with meta tensors)"
+            )
+
+
+def _prefill_shapes(q: torch.Tensor, d_v: int) -> Tuple[int, int, int]:
+    s_q, h_q = (q.shape[0], q.shape[1]) if q.dim() == 3 else (0, 0)
+    if d_v != _D_V:
+        raise ValueError(f"sparse_prefill: d_v = {d_v} is not supported; d_v must be 512")
+    return s_q, h_q, d_v
 
 
 @torch.library.register_fake("sparse_mla::sparse_prefill")
@@ -235,7 +300,29 @@ def _sparse_prefill_fake(
     attn_sink: Optional[torch.Tensor], topk_length: Optional[torch.Tensor], out: torch.Tensor,
     max_logits: torch.Tensor, lse: torch.Tensor,
 ) -> None:
+    _check_devices("sparse_prefill", q, kv=kv, indices=indices, attn_sink=attn_sink,
+                   topk_length=topk_length, out=out, max_logits=max_logits, lse=lse)
     return None
+
+
+@torch.library.register_fake("sparse_mla::sparse_prefill_alloc")
+def _sparse_prefill_alloc_fake(
+    q: torch.Tensor, kv: torch.Tensor, indices: torch.Tensor, sm_scale: float, d_v: int,
+    attn_sink: Optional[torch.Tensor], topk_length: Optional[torch.Tensor],
+) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    _check_devices("sparse_prefill", q, kv=kv, indices=indices, attn_sink=attn_sink,
+                   topk_length=topk_length)
+    s_q, h_q, d_v = _prefill_shapes(q, d_v)
+    return (q.new_empty((s_q, h_q, d_v), dtype=torch.bfloat16),
+            q.new_empty((s_q, h_q), dtype=torch.float32),
+            q.new_empty((s_q, h_q), dtype=torch.float32))
+
+
+def _decode_devices(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                    extra_topk_length, **outputs) -> None:
+    _check_devices("sparse_decode", q, kv_cache=kv_cache, indices=indices,
+                   topk_length=topk_length, attn_sink=attn_sink, extra_kv_cache=extra_kv_cache,
+                   extra_indices=extra_indices, extra_topk_length=extra_topk_length, **outputs)
 
 
 @torch.library.register_fake("sparse_mla::sparse_decode")
@@ -247,11 +334,76 @@ def _sparse_decode_fake(
     softmax_scale: Optional[float], d_v: int, workspace: Optional[torch.Tensor],
     reuse_schedule: bool, out: torch.Tensor, lse: torch.Tensor,
 ) -> None:
+    _decode_devices(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                    extra_topk_length, workspace=workspace, out=out, lse=lse)
     return None
+
+
+@torch.library.register_fake("sparse_mla::sparse_decode_alloc")
+def _sparse_decode_alloc_fake(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
+    extra_kv_cache: Optional[torch.Tensor], extra_indices: Optional[torch.Tensor],
+    extra_topk_length: Optional[torch.Tensor], kv_format: Optional[str],
+    softmax_scale: Optional[float], d_v: int, workspace: Optional[torch.Tensor],
+    reuse_schedule: bool,
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    _decode_devices(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                    extra_topk_length, workspace=workspace)
+    if d_v != _D_V:
+        raise ValueError(f"sparse_decode: d_v = {d_v} is not supported; d_v must be 512")
+    b, s_q, h_q = (q.shape[0], q.shape[1], q.shape[2]) if q.dim() == 4 else (0, 0, 0)
+    return (q.new_empty((b, s_q, h_q, d_v), dtype=torch.bfloat16),
+            q.new_empty((b, s_q, h_q), dtype=torch.float32))
+
+
+def _stand_in(t: Optional[torch.Tensor], cache: bool = False) -> Optional[torch.Tensor]:
+    """A real tensor with ``t``'s dtype, device, shape and strides (one block of a cache: a
+    plan does not depend on the block count), for planning from a fake tensor's metadata."""
+    if t is None:
+        return None
+    # A plan is specific to its shapes: symbolic sizes are specialised (int() guards on them).
+    shape = [int(n) for n in t.shape]
+    if cache and shape:
+        shape[0] = min(shape[0], 1)
+    stride = [int(st) for st in t.stride()]
+    span = 1 + sum((n - 1) * st for n, st in zip(shape, stride) if n > 0)
+    if cache and shape and shape[0] == 1:
+        # The block stride of a single block is not read; keep the block's bytes.
+        span = max(span, stride[0]) if stride else span
+    storage = torch.empty(span, dtype=t.dtype, device=t.device)
+    return storage.as_strided(shape, stride)
+
+
+@torch.library.register_fake("sparse_mla::plan_decode")
+def _plan_decode_fake(
+    q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
+    topk_length: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
+    extra_kv_cache: Optional[torch.Tensor], extra_indices: Optional[torch.Tensor],
+    extra_topk_length: Optional[torch.Tensor], kv_format: Optional[str], d_v: int,
+) -> Tuple[int, int, str, str, str]:
+    """The real plan: planning reads shapes, strides and the device only, so it runs on real
+    stand-ins of the (fake) arguments. Meta tensors have no back end to plan for."""
+    _decode_devices(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                    extra_topk_length)
+    if q.device.type == "meta":
+        raise ValueError(
+            "plan_decode: q is on meta; a plan is made for the device that will run the call "
+            "(cpu or cuda)"
+        )
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        return _PLAN(_stand_in(q), _stand_in(kv_cache, cache=True), _stand_in(indices),
+                     _stand_in(topk_length), _stand_in(attn_sink),
+                     _stand_in(extra_kv_cache, cache=True), _stand_in(extra_indices),
+                     _stand_in(extra_topk_length), kv_format, d_v)
 
 
 @torch.library.register_fake("sparse_mla::quantize_kv_cache")
 def _quantize_kv_cache_fake(kv: torch.Tensor, kv_format: str, cache: torch.Tensor) -> None:
+    if cache.device != kv.device:
+        raise ValueError(f"quantize_kv_cache: cache is on {cache.device} but kv is on {kv.device}")
     return None
 
 
@@ -259,4 +411,8 @@ def _quantize_kv_cache_fake(kv: torch.Tensor, kv_format: str, cache: torch.Tenso
 def _dequantize_kv_cache_fake(
     cache: torch.Tensor, kv_format: Optional[str], out: torch.Tensor
 ) -> None:
+    if out.device != cache.device:
+        raise ValueError(
+            f"dequantize_kv_cache: out is on {out.device} but cache is on {cache.device}"
+        )
     return None

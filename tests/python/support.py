@@ -151,10 +151,9 @@ def _cache(gen, fmt: str, d_qk: int, num_blocks: int, pbs: int, lists, valid, po
     if poison:
         _poison_unreferenced(rows, lists, valid)
     rows = rows.to(torch.bfloat16).view(num_blocks, pbs, 1, d_qk)
-    info = sparse_mla.kv_cache_format(fmt)
     stride = sparse_mla.kv_cache_block_stride(fmt, pbs, d_qk)
-    if pad:
-        stride += max(info.block_alignment, 16)
+    if pad and fmt != "v4_fp8":  # a v4_fp8 block stride is fixed by its page size
+        stride += 16
     cache = sparse_mla.empty_kv_cache(num_blocks, pbs, fmt, d_qk=d_qk, block_stride=stride)
     return sparse_mla.quantize_kv_cache(rows, fmt, out=cache)
 

@@ -152,7 +152,7 @@ def test_unsupported_features_raise_not_implemented():
 
 def test_cache_dtypes_and_golden():
     """The golden V4 case through the compat API, cache passed as FlashMLA does: float8_e4m3fn
-    [num_blocks, page_block_size, 1, 584] with a padded block stride."""
+    [num_blocks, page_block_size, 1, 584] with the format's block stride."""
     case = "decode_d512"
     cache = golden_tensor(case, "kv_cache").view(torch.float8_e4m3fn)
     extra = golden_tensor(case, "extra_kv_cache").view(torch.int8)

@@ -172,3 +172,22 @@ def test_compile_fullgraph_on_cuda():
     want_out, want_lse = sparse_mla.sparse_decode(args["q"], args["kv_cache"], args["indices"],
                                                   topk_length=args["topk_length"])
     assert torch.equal(out, want_out.float() * 2) and torch.equal(lse, want_lse)
+
+
+def test_bad_input_on_cuda():
+    """The classes of test_bad_input.py with CUDA tensors: devices mixed (meta or CPU), a
+    page-sliced v4_fp8 cache, outputs aliasing inputs; a packed v4_fp8 copy reads as the view."""
+    args = to_cuda(decode_case(fmt="v4_fp8", b=2, s_q=1, h_q=16, topk=32, page_block_size=64,
+                               num_blocks=3, pad=False, seed=46))
+    for name, device in (("kv_cache", "meta"), ("indices", "cpu")):
+        with pytest.raises(ValueError, match=f"{name} is on (meta|cpu).* but q is on cuda"):
+            sparse_mla.sparse_decode(**dict(args, **{name: args[name].to(device)}))
+    with pytest.raises(ValueError, match="is not the v4_fp8 block stride"):
+        sparse_mla.sparse_decode(**dict(args, kv_cache=args["kv_cache"][:, :32],
+                                        indices=args["indices"] % 96))
+    with pytest.raises(ValueError, match="sparse_decode: out overlaps q"):
+        q = args["q"]
+        sparse_mla.sparse_decode(**args, out=q.view(-1)[:2 * 16 * 512].view(2, 1, 16, 512))
+    want_out, want_lse = sparse_mla.sparse_decode(**args)
+    out, lse = sparse_mla.sparse_decode(**dict(args, kv_cache=args["kv_cache"].clone()))
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse)

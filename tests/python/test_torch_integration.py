@@ -28,12 +28,18 @@ def test_opcheck_sparse_prefill():
     torch.library.opcheck(torch.ops.sparse_mla.sparse_prefill.default, prefill_op_args(args))
 
 
+def decode_alloc_op_args(args, workspace=None):
+    return decode_op_args(args, workspace)[:13]
+
+
+@pytest.mark.parametrize("fmt,page_block_size", [("v4_fp8", 61), ("v4_fp8", 64), ("v32_fp8", 5)])
 @pytest.mark.parametrize("extra,with_workspace", [(False, False), (True, False), (False, True)])
-def test_opcheck_sparse_decode(extra, with_workspace):
-    # opcheck clones the inputs, and a clone of a cache view drops the padding between blocks: use
-    # page sizes whose v4 blocks need none (72 * 584 is a multiple of 576).
-    args = decode_case(fmt="v4_fp8", b=2, s_q=1, h_q=4, topk=16, page_block_size=72, extra=extra,
-                       extra_page_block_size=72, pad=False, seed=32)
+def test_opcheck_sparse_decode(fmt, page_block_size, extra, with_workspace):
+    """Multi-block caches with the format's block stride (v32 padded): opcheck's torch.clone()
+    packs them, and the package reads the packed copy."""
+    args = decode_case(fmt=fmt, b=2, s_q=1, h_q=4, topk=16, page_block_size=page_block_size,
+                       num_blocks=3, extra=extra, extra_page_block_size=7, extra_num_blocks=4,
+                       pad=True, seed=32)
     workspace = None
     if with_workspace:
         plan = sparse_mla.plan_decode(args["q"], args["kv_cache"], args["indices"],
@@ -42,15 +48,47 @@ def test_opcheck_sparse_decode(extra, with_workspace):
         workspace = torch.empty(plan.workspace_bytes, dtype=torch.uint8)
     torch.library.opcheck(torch.ops.sparse_mla.sparse_decode.default,
                           decode_op_args(args, workspace))
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_decode_alloc.default,
+                          decode_alloc_op_args(args, workspace))
 
 
-def test_opcheck_kv_cache_codec():
-    rows = (torch.randn(2, 3, 1, 576) / 10).to(torch.bfloat16)
-    cache = sparse_mla.empty_kv_cache(2, 3, "v32_fp8")
-    torch.library.opcheck(torch.ops.sparse_mla.quantize_kv_cache.default,
-                          (rows, "v32_fp8", cache))
+def test_opcheck_sparse_prefill_alloc():
+    args = prefill_case(s_q=3, s_kv=40, h_q=4, d_qk=576, topk=16, seed=30)
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_prefill_alloc.default,
+                          prefill_op_args(args)[:7])
+
+
+@pytest.mark.parametrize("fmt,d_qk,page_block_size,pad",
+                         [("v32_fp8", 576, 3, True), ("v4_fp8", 512, 61, False),
+                          ("v4_fp8", 512, 2, False), ("bf16", 512, 5, True)])
+def test_opcheck_kv_cache_codec(fmt, d_qk, page_block_size, pad):
+    rows = (torch.randn(3, page_block_size, 1, d_qk) / 10).to(torch.bfloat16)
+    stride = sparse_mla.kv_cache_block_stride(fmt, page_block_size, d_qk) + (16 if pad else 0)
+    cache = sparse_mla.empty_kv_cache(3, page_block_size, fmt, d_qk=d_qk, block_stride=stride)
+    torch.library.opcheck(torch.ops.sparse_mla.quantize_kv_cache.default, (rows, fmt, cache))
+    sparse_mla.quantize_kv_cache(rows, fmt, out=cache)
     torch.library.opcheck(torch.ops.sparse_mla.dequantize_kv_cache.default,
-                          (cache, None, torch.empty(2, 3, 1, 576)))
+                          (cache, None, torch.empty(3, page_block_size, 1, d_qk)))
+
+
+def test_plan_decode_fake_is_the_real_plan():
+    """plan_decode's fake implementation plans for the fake tensors' device from their shapes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    args = decode_case(fmt="v4_fp8", b=3, s_q=2, h_q=8, topk=16, page_block_size=64, extra=True,
+                       extra_page_block_size=8, pad=False, seed=33)
+    op_args = decode_op_args(args)[:9] + (512,)
+    real = torch.ops.sparse_mla.plan_decode.default(*op_args)
+    with FakeTensorMode() as mode:
+        fake_args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+                          for a in op_args)
+        fake = torch.ops.sparse_mla.plan_decode.default(*fake_args)
+    assert fake == real
+    # Not the AOT-dispatch checks: an operator returning strings has no traced graph form (plans
+    # are made outside compiled regions, docs/python.md).
+    torch.library.opcheck(torch.ops.sparse_mla.plan_decode.default, op_args,
+                          test_utils=("test_schema", "test_autograd_registration",
+                                      "test_faketensor"))
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
