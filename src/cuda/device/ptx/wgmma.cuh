@@ -10,7 +10,9 @@
 
 namespace sparse_mla::cuda::ptx {
 
-// Shared-memory matrix descriptor for a 1024-B aligned SWIZZLE_128B tile (base offset 0).
+// Shared-memory matrix descriptor for a 1024-B aligned SWIZZLE_128B tile (base offset 0). The
+// start address is bits 0-13 (address / 16, addresses < 256 KiB): adding offset / 16 to the
+// descriptor moves it by `offset` bytes (the k-steps inside a tile) without touching the rest.
 //   K-major operand ([rows][64-element panels], 128-B rows): sbo = 1024 (8 rows), lbo unused (1);
 //   MN-major operand (panels of 64 MN elements, rows along K): lbo = the panel stride,
 //   sbo = 1024 (8 K rows).

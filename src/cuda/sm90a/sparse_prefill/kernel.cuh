@@ -116,7 +116,10 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t 
 struct ConsumerPlace {
   int wg, lane;
   int row[2];  // its two rows (heads within the group): accumulator i holds row[(i >> 1) & 1]
-  __device__ __forceinline__ explicit ConsumerPlace(int t) : wg(t >> 7), lane(t & 31) {
+  // wg through a shuffle: the compiler then knows it is warp-uniform and keeps the descriptor
+  // arithmetic that depends on it in uniform registers (no R2UR per wgmma).
+  __device__ __forceinline__ explicit ConsumerPlace(int t)
+      : wg(__shfl_sync(0xffffffffu, t >> 7, 0)), lane(t & 31) {
     row[0] = 16 * ((t >> 5) & 3) + (lane >> 2);
     row[1] = row[0] + 8;
   }
@@ -127,14 +130,15 @@ struct ConsumerPlace {
 // S[64 heads, 32 keys] = Q K^T over keys [32 wg, +32) of stage `kv`: d_qk / 16 k-steps.
 template <int kDqk>
 __device__ __forceinline__ void issue_scores(uint32_t q, uint32_t kv, int wg, float (&s)[16]) {
+  // One descriptor per operand; a k-step moves its start address field by offset / 16.
+  const uint64_t desc_q = ptx::wgmma_desc_sw128(q, 16, 1024);
+  const uint64_t desc_k = ptx::wgmma_desc_sw128(kv + 32 * wg * 128, 16, 1024);
   ptx::wgmma_fence_operands(s);
   ptx::wgmma_fence();
 #pragma unroll
   for (int step = 0; step < kDqk / 16; ++step) {
-    const uint32_t offset = (step >> 2) * kPanelBytes + (step & 3) * 32;
-    ptx::wgmma_m64n32k16_ss<0>(s, ptx::wgmma_desc_sw128(q + offset, 16, 1024),
-                               ptx::wgmma_desc_sw128(kv + 32 * wg * 128 + offset, 16, 1024),
-                               step > 0);
+    const uint32_t offset = ((step >> 2) * kPanelBytes + (step & 3) * 32) >> 4;
+    ptx::wgmma_m64n32k16_ss<0>(s, desc_q + offset, desc_k + offset, step > 0);
   }
   ptx::wgmma_commit_group();
   ptx::wgmma_fence_operands(s);
@@ -145,21 +149,20 @@ __device__ __forceinline__ void issue_scores(uint32_t q, uint32_t kv, int wg, fl
 // the stage's K tile read MN-major (4 panels of 64 dims, 8 KiB apart).
 __device__ __forceinline__ void issue_products(uint32_t kv, uint32_t p_tile, int wg,
                                                const uint32_t (&p_own)[2][4], float (&o)[128]) {
-  const uint32_t v = kv + 4 * wg * kPanelBytes;
   const int peer = 1 - wg;
+  const uint64_t desc_v = ptx::wgmma_desc_sw128(kv + 4 * wg * kPanelBytes, kPanelBytes, 1024);
+  const uint64_t desc_p = ptx::wgmma_desc_sw128(p_tile + 64 * peer, 16, 1024);
   ptx::wgmma_fence_operands(o);
   ptx::wgmma_fence();
 #pragma unroll
   for (int step = 0; step < 2; ++step) {
-    ptx::wgmma_m64n256k16_rs<1>(
-        o, p_own[step], ptx::wgmma_desc_sw128(v + (32 * wg + 16 * step) * 128, kPanelBytes, 1024),
-        true);
+    ptx::wgmma_m64n256k16_rs<1>(o, p_own[step], desc_v + (((32 * wg + 16 * step) * 128) >> 4),
+                                true);
   }
 #pragma unroll
   for (int step = 0; step < 2; ++step) {
-    ptx::wgmma_m64n256k16_ss<1>(
-        o, ptx::wgmma_desc_sw128(p_tile + 64 * peer + 32 * step, 16, 1024),
-        ptx::wgmma_desc_sw128(v + (32 * peer + 16 * step) * 128, kPanelBytes, 1024), true);
+    ptx::wgmma_m64n256k16_ss<1>(o, desc_p + ((32 * step) >> 4),
+                                desc_v + (((32 * peer + 16 * step) * 128) >> 4), true);
   }
   ptx::wgmma_commit_group();
   ptx::wgmma_fence_operands(o);
