@@ -12,7 +12,8 @@ else()
 endif()
 option(SMLA_NATIVE "Compile host code for this machine's CPU (-march=native)" ${SMLA_NATIVE_DEFAULT})
 set(SMLA_ENABLE_CUDA "AUTO" CACHE STRING "Build CUDA back ends: ON, OFF or AUTO (when nvcc exists)")
-set(SMLA_CUDA_ARCHS "80;90a" CACHE STRING "CUDA architectures (90a enables the Hopper kernels)")
+set(SMLA_CUDA_ARCHS "80;90a" CACHE STRING
+  "CUDA architectures (the kernel table's sm90a rows, cmake/kernels.cmake, build only with 90a)")
 
 if(SMLA_ENABLE_CUDA STREQUAL "AUTO")
   include(CheckLanguage)
