@@ -48,7 +48,8 @@ class Table(unittest.TestCase):
         )
         # The decode variants' names (src/cuda/kernel_tables.cpp) prefix their tiles' names.
         for variant in ("v32fp8", "v4fp8", "bf16"):
-            self.assertTrue(any(k.name.startswith(f"portable_sparse_decode_{variant}_") for k in decode))
+            prefix = f"portable_sparse_decode_{variant}_"
+            self.assertTrue(any(k.name.startswith(prefix) for k in decode))
 
     def test_every_row_names_a_family(self):
         for k in KERNELS:
@@ -74,14 +75,22 @@ class Select(unittest.TestCase):
             self.assertIn(f"-DSMLA_KERNELS='deepseek-v4,{k.group}_*'", why)
 
     def test_globs_presets_and_spaces(self):
-        sel = generate.select("portable_sparse_prefill_d512_h64_*, portable_sparse_decode_bf16_*", "80")
+        sel = generate.select(
+            "portable_sparse_prefill_d512_h64_*, portable_sparse_decode_bf16_*", "80"
+        )
         self.assertEqual(
-            names(sel)[:2], ["portable_sparse_prefill_d512_h64_k64", "portable_sparse_prefill_d512_h64_k32"]
+            names(sel)[:2],
+            ["portable_sparse_prefill_d512_h64_k64", "portable_sparse_prefill_d512_h64_k32"],
         )
         self.assertEqual(len(sel.built), 2 + 12)
         sel = generate.select("deepseek-v4,portable_sparse_prefill_d576_h16_k64", "80")
         self.assertEqual(len(sel.built), 20)
-        self.assertEqual(names(generate.select("*_h16_k32", "80")), [k.name for k in KERNELS if k.rows == 16 and k.block_keys == 32 and not k.warp_specialized])
+        compact16 = [
+            k.name
+            for k in KERNELS
+            if k.rows == 16 and k.block_keys == 32 and not k.warp_specialized
+        ]
+        self.assertEqual(names(generate.select("*_h16_k32", "80")), compact16)
 
     def test_warp_specialized_brings_its_twin(self):
         sel = generate.select("portable_sparse_decode_v4fp8_d512_h16_k32_warp_specialized", "80")
@@ -94,7 +103,9 @@ class Select(unittest.TestCase):
         )
 
     def test_errors_name_the_item(self):
-        with self.assertRaisesRegex(generate.SelectionError, "'portable_sparse_decode_v5\\*' matches no kernel"):
+        with self.assertRaisesRegex(
+            generate.SelectionError, "'portable_sparse_decode_v5\\*' matches no kernel"
+        ):
             generate.select("deepseek-v4,portable_sparse_decode_v5*", "80")
         with self.assertRaisesRegex(generate.SelectionError, "empty item"):
             generate.select("all,", "80")
@@ -105,7 +116,7 @@ class Select(unittest.TestCase):
 
 
 # A Hopper family as the table will hold it: rows of arch sm90a.
-HOPPER = [Kernel("portable_sparse_prefill", d_qk=d, rows=64, block_keys=64, arch="sm90a") for d in (640,)]
+HOPPER = [Kernel("portable_sparse_prefill", d_qk=640, rows=64, block_keys=64, arch="sm90a")]
 
 
 class Archs(unittest.TestCase):
@@ -151,19 +162,22 @@ class Files(unittest.TestCase):
             self.assertIn(f"std::array<AbsentKernel, {38 - prefill - decode}> kAbsentKernels", inc)
             entries, absent = inc.split("kAbsentKernels")
             self.assertEqual(sorted(re.findall(r'^    \{\{?"([a-z0-9_]+)"', entries, re.M)), units)
-            self.assertEqual(len(re.findall(r'^    \{"([a-z0-9_]+)"', absent, re.M)), 38 - len(units))
+            absent_rows = re.findall(r'^    \{"([a-z0-9_]+)"', absent, re.M)
+            self.assertEqual(len(absent_rows), 38 - len(units))
             cmake = (out / "kernels.cmake").read_text()
             self.assertIn(f"set(SMLA_KERNELS_BUILT {prefill + decode})", cmake)
             self.assertIn('set(SMLA_KERNEL_UNITS_SM90A "")', cmake)
 
     def test_a_unit_instantiates_its_row(self):
         out = self.write("all")
-        unit = (out / "instantiations" / "portable_sparse_decode_v4fp8_d512_h64_k32.cu").read_text()
+        units = out / "instantiations"
+        unit = (units / "portable_sparse_decode_v4fp8_d512_h64_k32.cu").read_text()
         self.assertIn('#include "cuda/portable/sparse_decode/kernel.cuh"', unit)
         self.assertIn(
-            "template Status launch_portable_sparse_decode<KvCacheFormat::kV4Fp8, 512, 64, 32>(", unit
+            "template Status launch_portable_sparse_decode<KvCacheFormat::kV4Fp8, 512, 64, 32>(",
+            unit,
         )
-        unit = (out / "instantiations" / "portable_sparse_prefill_d576_h16_k32.cu").read_text()
+        unit = (units / "portable_sparse_prefill_d576_h16_k32.cu").read_text()
         self.assertIn("template int prefill_smem_bytes<576, 16, 32>();", unit)
 
     def test_a_narrower_selection_removes_units_and_keeps_unchanged_files(self):
@@ -171,12 +185,13 @@ class Files(unittest.TestCase):
         kept = out / "instantiations" / "portable_sparse_prefill_d512_h16_k64.cu"
         before = kept.stat().st_mtime_ns
         self.write("deepseek-v4")
-        self.assertFalse((out / "instantiations" / "portable_sparse_prefill_d576_h16_k64.cu").exists())
+        gone = out / "instantiations" / "portable_sparse_prefill_d576_h16_k64.cu"
+        self.assertFalse(gone.exists())
         self.assertEqual(kept.stat().st_mtime_ns, before)
         self.assertEqual(len(list((out / "instantiations").glob("*.cu"))), 19)
 
     def test_command_line(self):
-        self.assertEqual(generate.main(["--list", "--kernels", "portable_sparse_prefill_d512_h16_*"]), 0)
+        self.assertEqual(generate.main(["--list", "--kernels", "portable_sparse_prefill_d5*"]), 0)
         self.assertEqual(generate.main(["--list", "--kernels", "nothing*"]), 1)
 
 

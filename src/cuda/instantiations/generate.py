@@ -6,7 +6,7 @@ files always match the table and the selection; nothing generated is committed. 
 
   instantiations/<name>.cu  one unit per built row: the explicit instantiation of its launcher,
                             so that a kernel compiles in its own translation unit
-  kernel_entries.inc        the registry entry arrays src/cuda/kernel_tables.cpp dispatches over,
+  kernel_entries.inc        the registry entry arrays (src/cuda/kernel_registry.cpp holds them),
                             sized here, plus the rows not built and why (for the error that a
                             problem needing one of them gets)
   kernels.cmake             the units to compile, per architecture
@@ -146,7 +146,7 @@ def registry(sel: Selection) -> str:
         HEADER,
         f"// SMLA_KERNELS={sel.spec}, SMLA_CUDA_ARCHS={sel.cuda_archs}: {len(sel.built)} of "
         f"{len(sel.built) + len(sel.absent)} kernel configurations built.\n",
-        "// Included once, by src/cuda/kernel_tables.cpp (after cuda/kernel_registry.h).\n",
+        "// Included once, by src/cuda/kernel_registry.cpp (after cuda/kernel_registry.h).\n",
         "#pragma once\n\n",
         "#include <array>\n\n",
         *[f'#include "{h}"\n' for h in headers],
@@ -186,11 +186,12 @@ def unit_path(out_dir: pathlib.Path, k: Kernel) -> pathlib.Path:
 
 
 def cmake_manifest(sel: Selection, out_dir: pathlib.Path) -> str:
+    archs = buildable_archs(sel.cuda_archs)
     lines = [
         HEADER.replace("//", "#"),
         f"set(SMLA_KERNELS_BUILT {len(sel.built)})\n",
         f"set(SMLA_KERNELS_TOTAL {len(sel.built) + len(sel.absent)})\n",
-        f'set(SMLA_KERNEL_ARCHS "{";".join(a for a in ARCHS if a in buildable_archs(sel.cuda_archs))}")\n',
+        f'set(SMLA_KERNEL_ARCHS "{";".join(a for a in ARCHS if a in archs)}")\n',
     ]
     for arch in ARCHS:
         units = [unit_path(out_dir, k).as_posix() for k in sel.built if k.arch == arch]

@@ -19,7 +19,11 @@ from typing import Callable
 ARCHS = ("sm80", "sm90a")
 
 # KvCacheFormat enumerator and kernel-name tag of each decode cache format (kv_cache_format.h).
-FORMATS = {"v32_fp8": ("kV32Fp8", "v32fp8"), "v4_fp8": ("kV4Fp8", "v4fp8"), "bf16": ("kBf16", "bf16")}
+FORMATS = {
+    "v32_fp8": ("kV32Fp8", "v32fp8"),
+    "v4_fp8": ("kV4Fp8", "v4fp8"),
+    "bf16": ("kBf16", "bf16"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,17 +116,22 @@ def _decode_entry(k: Kernel) -> str:
         f'{{"{k.name}", "{k.family}", {k.format_enum}, {k.d_qk}, {k.rows}, {k.block_keys}, '
         f"{'true' if k.warp_specialized else 'false'}}}"
     )
+    pd = "portable_decode::"
     if k.warp_specialized:
-        fns = (
-            f"portable_decode::launch_warp_specialized_decode<{a}>, portable_decode::warp_specialized_decode_smem_bytes<{a}>, "
-            f"portable_decode::warp_specialized_decode_ctas_per_sm<{a}>, no_pair_clusters"
-        )
+        fns = [
+            f"{pd}launch_warp_specialized_decode<{a}>",
+            f"{pd}warp_specialized_decode_smem_bytes<{a}>",
+            f"{pd}warp_specialized_decode_ctas_per_sm<{a}>",
+            "no_pair_clusters",
+        ]
     else:
-        fns = (
-            f"portable_decode::launch_portable_sparse_decode<{a}>, portable_decode::decode_smem_bytes<{a}>, "
-            f"portable_decode::decode_ctas_per_sm<{a}>, portable_decode::decode_pair_clusters<{a}>"
-        )
-    return f"{{{tile}, {fns}}}"
+        fns = [
+            f"{pd}launch_portable_sparse_decode<{a}>",
+            f"{pd}decode_smem_bytes<{a}>",
+            f"{pd}decode_ctas_per_sm<{a}>",
+            f"{pd}decode_pair_clusters<{a}>",
+        ]
+    return f"{{{tile}, {', '.join(fns)}}}"
 
 
 FAMILIES: dict[str, Family] = {
