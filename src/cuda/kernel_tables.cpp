@@ -86,6 +86,7 @@ const PrefillEntry* prefill_entry(int64_t d_qk, int64_t h_q, const DeviceLimits&
                                  64, cuda::cuda_knobs().prefill_block_keys.value.value_or(0),
                                  limits.smem_optin, why_not);
 }
+
 bool portable_prefill_supports(const SparsePrefillProblem& problem, std::string* why_not) {
   if (!problem.device.is_cuda()) {
     *why_not = "tensors are not on a CUDA device";
