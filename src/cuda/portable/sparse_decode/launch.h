@@ -1,7 +1,8 @@
 // Host-side launcher of the portable sparse decode split kernel, one explicit instantiation per
-// (cache format, d_qk, head rows, keys per block) in src/cuda/instantiations/. Only those units
-// include kernel.cuh. The planner and the combine are separate launches (src/cuda/planning,
-// src/cuda/combine); kernel_tables.cpp sequences the three.
+// (cache format, d_qk, head rows, keys per block): a row of the kernel table
+// (src/cuda/instantiations/kernels.py), whose generated units alone include kernel.cuh. The
+// planner and the combine are separate launches (src/cuda/planning, src/cuda/combine);
+// kernel_tables.cpp sequences the three.
 #pragma once
 
 #include <cuda_runtime.h>
