@@ -14,26 +14,17 @@ set_property(TARGET sparse_mla PROPERTY CUDA_SEPARABLE_COMPILATION OFF)
 
 file(GLOB_RECURSE SMLA_CUDA_SOURCES CONFIGURE_DEPENDS
   src/cuda/*.cu src/cuda/*.cpp)
-# The Hopper kernels (wgmma, setmaxnreg) exist only as sm_90a code: their instantiation units
-# are compiled for that one architecture, and only when SMLA_CUDA_ARCHS lists 90a.
-file(GLOB SMLA_SM90A_SOURCES CONFIGURE_DEPENDS src/cuda/instantiations/sm90a_*.cu)
-if(SMLA_SM90A_SOURCES)
-  list(REMOVE_ITEM SMLA_CUDA_SOURCES ${SMLA_SM90A_SOURCES})
-endif()
-set(SMLA_CUDA_OPTIONS --expt-relaxed-constexpr -lineinfo -Xptxas=-warn-spills)
+# The host-only policy sources are in every build (CMakeLists.txt: SMLA_CUDA_POLICY_SOURCES).
+list(REMOVE_ITEM SMLA_CUDA_SOURCES ${SMLA_CUDA_POLICY_SOURCES})
+# CUDA sources of the Hopper kernels (src/cuda/sm90a/) compile for sm_90a only, with the kernel
+# table's sm90a rows (cmake/kernels.cmake).
+list(FILTER SMLA_CUDA_SOURCES EXCLUDE REGEX "/src/cuda/sm90a/.*\\.cu$")
+file(GLOB_RECURSE SMLA_CUDA_SM90A_SOURCES CONFIGURE_DEPENDS src/cuda/sm90a/*.cu)
 target_sources(sparse_mla PRIVATE ${SMLA_CUDA_SOURCES})
 target_compile_definitions(sparse_mla PUBLIC SMLA_WITH_CUDA=1)
-target_compile_options(sparse_mla PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${SMLA_CUDA_OPTIONS}>)
-if(SMLA_SM90A_SOURCES AND SMLA_CUDA_ARCHS MATCHES "(^|;)90a($|;)")
-  add_library(sparse_mla_sm90a OBJECT ${SMLA_SM90A_SOURCES})
-  set_property(TARGET sparse_mla_sm90a PROPERTY CUDA_ARCHITECTURES 90a)
-  target_include_directories(sparse_mla_sm90a PRIVATE
-    ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
-  target_compile_options(sparse_mla_sm90a PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${SMLA_CUDA_OPTIONS}>)
-  target_sources(sparse_mla PRIVATE $<TARGET_OBJECTS:sparse_mla_sm90a>)
-  target_compile_definitions(sparse_mla PRIVATE SMLA_WITH_SM90A=1)
-  message(STATUS "sparse-mla: Hopper (sm_90a) kernels ON")
-else()
-  message(STATUS "sparse-mla: Hopper (sm_90a) kernels OFF (SMLA_CUDA_ARCHS has no 90a)")
-endif()
+target_compile_options(sparse_mla PRIVATE
+  $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -lineinfo -Xptxas=-warn-spills>)
 target_link_libraries(sparse_mla PUBLIC CUDA::cudart)
+
+# The kernel instantiations and their registry, generated from the kernel table (SMLA_KERNELS).
+smla_add_kernel_table(sparse_mla ${SMLA_CUDA_SM90A_SOURCES})

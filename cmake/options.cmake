@@ -12,8 +12,8 @@ else()
 endif()
 option(SMLA_NATIVE "Compile host code for this machine's CPU (-march=native)" ${SMLA_NATIVE_DEFAULT})
 set(SMLA_ENABLE_CUDA "AUTO" CACHE STRING "Build CUDA back ends: ON, OFF or AUTO (when nvcc exists)")
-# 90a compiles the portable kernels for sm_90a too (clusters, programmatic launch); the Hopper
-# kernels (wgmma, TMA), in progress, will be compiled for sm_90a only.
+# 90a also compiles the portable kernels for sm_90a (clusters, programmatic launch); the kernel
+# table's sm90a rows (the Hopper kernels, cmake/kernels.cmake) build only with 90a.
 set(SMLA_CUDA_ARCHS "80;90a" CACHE STRING "CUDA architectures (80: A100 and later; 90a: H100/H200)")
 
 if(SMLA_ENABLE_CUDA STREQUAL "AUTO")

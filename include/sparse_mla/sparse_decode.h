@@ -70,10 +70,20 @@ Status describe_sparse_decode(const SparseDecodeArgs& args, SparseDecodeProblem*
 struct DecodePlan {
   SparseDecodeProblem problem;  // sparse_decode refuses arguments of another shape
   Backend backend = Backend::kCpu;
-  std::string kernel;           // the kernel variant that will run
-  int num_sm_parts = 0;         // work units the schedule splits the KV work into
-  size_t workspace_bytes = 0;   // to allocate on problem.device (may be 0)
-  std::string reason;           // why this kernel and this split count, for logs and `list`
+  std::string kernel;          // the kernel variant that will run
+  int num_sm_parts = 0;        // work units the schedule splits the KV work into
+  size_t workspace_bytes = 0;  // to allocate on problem.device (may be 0)
+  std::string reason;          // why this kernel and this split count, for logs and `list`
+
+  // The launch the CUDA back end chose (the CPU back ends leave these empty, 0 and false):
+  std::string kernel_config;  // its kernel-table row, "portable_sparse_decode_v4fp8_d512_h16_k32"
+  std::string kernel_family;  // "portable_sparse_decode"
+  int rows_per_cta = 0;       // head rows per CTA: 16, 32 or 64
+  int keys_per_block = 0;     // KV slots per block: 32 or 64
+  int head_groups = 0;        // CTAs of a query's heads: ceil(h_q / rows_per_cta)
+  bool warp_specialized = false;    // producer warps gather and dequantise
+  bool paired_head_groups = false;  // 2 head groups as 2-CTA clusters sharing each block
+  int64_t min_units_per_part = 0;   // the schedule's floor per part; 0 = the plain cost line
 };
 
 Status plan_sparse_decode(const SparseDecodeProblem& problem, DecodePlan* plan,

@@ -4,12 +4,14 @@
 //   SMLA_PREFILL_BLOCK_KEYS      32 | 64  keys per KV block of the prefill tile (tile_choice.h)
 //   SMLA_DECODE_BLOCK_KEYS       32 | 64  the same for the decode tile
 //   SMLA_PREFILL_SM90A           0 | 1    the Hopper prefill kernel on sm_90 devices (default 1;
-//                                         0 runs the portable one there)
-//   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads (kernel_tables.cpp)
+//                                         0 runs the portable one there; kernel_tables.cpp)
+//   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads
+//                                         (decode_launch_policy.cpp)
 //   SMLA_DECODE_WARP_SPECIALIZED 0 | 1    producer warps in the 16-row FP8 decode tile
-//                                         (kernel_tables.cpp; default 1)
+//                                         (decode_launch_policy.cpp; default 1)
 //   SMLA_COMBINE_COLUMN_SLICES   1 | 4    warps per head in the split combine (split_combine.cu)
-//   SMLA_DECODE_NUM_PARTS        1..2^20  parts of an unpaired decode launch (kernel_tables.cpp)
+//   SMLA_DECODE_NUM_PARTS        1..2^20  parts of an unpaired decode launch
+//                                         (decode_launch_policy.cpp)
 //   SMLA_DEVICE_SMEM_OPTIN       1..2^30  caps the shared memory per block that the tile choice
 //                                         sees (kernel_tables.cpp): a larger GPU then runs the
 //                                         tiles of a smaller one, e.g. 166912 (A100) or 101376

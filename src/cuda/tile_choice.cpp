@@ -24,8 +24,8 @@ std::string tile_does_not_fit(int natural_rows, int smem_optin, const TileSmemFn
     }
   }
   if (smallest == 0) return "no instantiation for this shape";
-  return "needs " + std::to_string(smallest) + " bytes of shared memory per block; the device allows " +
-         std::to_string(smem_optin);
+  return "needs " + std::to_string(smallest) +
+         " bytes of shared memory per block; the device allows " + std::to_string(smem_optin);
 }
 
 }  // namespace sparse_mla::cuda

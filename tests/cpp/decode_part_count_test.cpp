@@ -89,7 +89,7 @@ TEST(DecodePartCount, MeasuredV4RowsOnTwoCtasPerSm) {
 
 TEST(DecodePartCount, WorkingPartsOfTheWarpSpecializedLaunch) {
   // The warp-specialised 16-row kernel: one CTA per SM, 132 slots, 32-key blocks (V4: 20 per
-  // query). kernel_tables.cpp runs it only where the working parts fit one wave.
+  // query). decode_launch_policy.cpp runs it only where the working parts fit one wave.
   const DecodePartCount b12 = choose_decode_part_count(12, 20, 132);
   EXPECT_EQ(b12.num_parts, 150);  // 2 units per part: 126 hold blocks, one wave (16.2 us)
   EXPECT_EQ(b12.min_units, 2);

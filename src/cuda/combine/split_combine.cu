@@ -13,6 +13,7 @@
 #include "cuda/combine/launch.h"
 #include "cuda/knobs.h"
 #include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/dynamic_smem.h"
 #include "planning/decode_workspace.h"
 
 namespace sparse_mla::cuda {
@@ -214,8 +215,8 @@ Status launch_combine_grid(const CombineArgs& args, bool vector_store, int64_t n
                            cudaStream_t stream) {
   auto* kernel =
       vector_store ? split_combine_kernel<Tiling, true> : split_combine_kernel<Tiling, false>;
-  cudaFuncAttributes kernel_attributes;
-  SMLA_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&kernel_attributes, kernel));
+  int ptx_version = 0;  // asked once per (kernel, device)
+  SMLA_CUDA_RETURN_IF_ERROR(kernel_ptx_version(kernel, &ptx_version));
   cudaLaunchAttribute attribute;
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -226,7 +227,7 @@ Status launch_combine_grid(const CombineArgs& args, bool vector_store, int64_t n
   config.dynamicSmemBytes = 0;
   config.stream = stream;
   config.attrs = &attribute;
-  config.numAttrs = kernel_attributes.ptxVersion >= 90 ? 1 : 0;
+  config.numAttrs = ptx_version >= 90 ? 1 : 0;
   SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, args));
   return check_last_launch("split_combine_kernel");
 }

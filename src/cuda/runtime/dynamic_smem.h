@@ -1,6 +1,7 @@
-// A kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize) raised
-// once per (kernel, device) instead of on every launch: the attribute belongs to the function in
-// the device's context and stays set, so later launches skip the runtime call.
+// Per-(kernel, device) facts that launchers need on every launch, set or asked once instead: a
+// kernel's dynamic shared-memory limit (cudaFuncAttributeMaxDynamicSharedMemorySize: the
+// attribute belongs to the function in the device's context and stays set) and the PTX version
+// of the code it runs (cudaFuncAttributes::ptxVersion: fixed once the module is loaded).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,6 +17,15 @@ cudaError_t ensure_max_dynamic_smem(const void* kernel, int bytes);
 template <class Kernel>
 cudaError_t ensure_max_dynamic_smem(Kernel* kernel, int bytes) {
   return ensure_max_dynamic_smem(reinterpret_cast<const void*>(kernel), bytes);
+}
+
+// The PTX version (e.g. 90) that `kernel` was compiled to for the current device, asked once per
+// (kernel, device). Thread-safe; a failed query is returned and not remembered.
+cudaError_t kernel_ptx_version(const void* kernel, int* version);
+
+template <class Kernel>
+cudaError_t kernel_ptx_version(Kernel* kernel, int* version) {
+  return kernel_ptx_version(reinterpret_cast<const void*>(kernel), version);
 }
 
 // CTAs of `kernel` resident per SM on the current device at `threads` threads and `bytes` of

@@ -6,6 +6,7 @@
 // host traits table.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <ostream>
@@ -13,6 +14,10 @@
 #include <vector>
 
 #include "cuda/device/kv_cache_traits.cuh"
+#if defined(SMLA_WITH_CUDA)
+#include "cuda/kernel_registry.h"
+#include "cuda/runtime/device_limits.h"
+#endif
 #include "gpu/gpu_test_support.h"
 #include "sparse_mla/sparse_mla.h"
 #include "verify/check.h"
@@ -98,11 +103,48 @@ Status fetch(const DeviceOutputs& d, verify::DecodeOutputs* host) {
                     host->lse.size() * sizeof(float));
 }
 
+#if defined(SMLA_WITH_CUDA)
+// Whether this build has the decode tiles of (format, d_qk) (SMLA_KERNELS, cuda/kernel_registry.h).
+bool tiles_built(KvCacheFormat format, int64_t d_qk) {
+  return cuda::why_not_built("portable_sparse_decode", format, d_qk) == nullptr;
+}
+
+// The shared memory of this build's split-kernel tile (format, d_qk, rows, keys), 0 if not built.
+int split_tile_smem(KvCacheFormat format, int64_t d_qk, int rows, int keys) {
+  for (const cuda::DecodeEntry& e : cuda::portable_decode_entries()) {
+    if (e.tile.format == format && e.tile.d_qk == d_qk && e.tile.rows == rows &&
+        e.tile.block_keys == keys && !e.tile.warp_specialized) {
+      return e.smem();
+    }
+  }
+  return 0;
+}
+
+// The shared memory per block that the tile choice sees: the device's, capped by
+// SMLA_DEVICE_SMEM_OPTIN.
+int usable_smem() {
+  cuda::DeviceLimits limits;
+  std::string why;
+  EXPECT_TRUE(cuda::device_limits(kGpu.index, &limits, &why)) << why;
+  if (const char* cap = std::getenv("SMLA_DEVICE_SMEM_OPTIN")) {
+    return std::min(limits.smem_optin, std::atoi(cap));
+  }
+  return limits.smem_optin;
+}
+#else  // built without CUDA: no case gets past SMLA_SKIP_WITHOUT_GPU
+bool tiles_built(KvCacheFormat, int64_t) { return false; }
+int split_tile_smem(KvCacheFormat, int64_t, int, int) { return 0; }
+int usable_smem() { return 0; }
+#endif
+
 // Plans, runs layer 0 (kBuild) and layer 1 (kReuse) into separate outputs, checks both.
 void check_case(const verify::DecodeRecipe& recipe) {
   SCOPED_TRACE(describe(recipe));
   verify::DecodeCase c;
   SMLA_ASSERT_OK(verify::make_decode_case(recipe, &c));
+  if (!tiles_built(c.problem.format, c.problem.d_qk)) {
+    GTEST_SKIP() << "not in this build (SMLA_KERNELS)";
+  }
   verify::DeviceDecodeInputs inputs;
   SMLA_ASSERT_OK(verify::upload(c, kGpu, &inputs));
 
@@ -122,48 +164,51 @@ void check_case(const verify::DecodeRecipe& recipe) {
   ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;
   DeviceInfo device;
   SMLA_ASSERT_OK(get_device_info(kGpu.index, &device));
+  // The plan names the kernel-table row that runs (cuda/kernel_registry.h), of the plan's variant.
+  EXPECT_EQ(plan.kernel_family, "portable_sparse_decode");
+  EXPECT_EQ(plan.kernel_config.rfind(plan.kernel + "_", 0), 0u) << plan.kernel_config;
+  EXPECT_EQ(plan.head_groups, (c.problem.h_q + plan.rows_per_cta - 1) / plan.rows_per_cta);
   // A forced tile (tests/cpp/CMakeLists.txt: gpu_decode_tiles_k*) must be the one that runs, or
-  // the plan must say that it does not fit the shared memory (an A100 for 64 rows x 64 keys, or
-  // an SMLA_DEVICE_SMEM_OPTIN cap: gpu_tiles_of_*, gpu_check.sh's sm80 mode). Every tile fits an
-  // sm_90 device's own 227 KiB (tile_choice_test.cpp), so there the forced count always runs.
+  // not fit the shared memory (an A100 for 64 rows x 64 keys, or an SMLA_DEVICE_SMEM_OPTIN cap:
+  // gpu_tiles_of_*, gpu_check.sh's sm80 mode). Every tile fits an sm_90 device's own 227 KiB
+  // (tile_choice_test.cpp), so there the forced count always runs.
   if (const char* keys = std::getenv("SMLA_DECODE_BLOCK_KEYS")) {
-    const bool ran =
-        plan.reason.find(std::string(" x ") + keys + "-key blocks") != std::string::npos;
-    const bool does_not_fit = plan.reason.find(std::string("SMLA_DECODE_BLOCK_KEYS=") + keys +
-                                               " does not fit") != std::string::npos;
-    EXPECT_TRUE(ran || does_not_fit) << plan.reason;
+    const int forced = std::atoi(keys);
+    if (plan.keys_per_block != forced) {
+      EXPECT_GT(split_tile_smem(c.problem.format, c.problem.d_qk, plan.rows_per_cta, forced),
+                usable_smem())
+          << plan.reason;
+    }
     if (device.cc_major == 9 && std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr) {
-      EXPECT_TRUE(ran) << plan.reason;
+      EXPECT_EQ(plan.keys_per_block, forced) << plan.reason;
     }
   }
-  // Paired head groups (kernel_tables.cpp): 65..128 heads of a quantized cache in two 64-row
-  // head groups, where the loaded code is sm_90's; SMLA_DECODE_PAIR_HEAD_GROUPS
+  // Paired head groups (decode_launch_policy.cpp): 65..128 heads of a quantized cache in two
+  // 64-row head groups, where the loaded code is sm_90's; SMLA_DECODE_PAIR_HEAD_GROUPS
   // (tests/cpp/CMakeLists.txt: gpu_decode_pairing_*) forces it off / on. The launch that the plan
   // names must be the expected one. A build without sm_90 code (gpu_check.sh's sm80 mode:
   // compute_80 PTX) runs unpaired on sm_90 too.
   const char* pair_env = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
   const bool pair_wanted = pair_env == nullptr || std::string(pair_env) != "0";
-  const bool paired = plan.reason.find("2-CTA clusters") != std::string::npos;
-  const bool two_wide_groups = plan.reason.find(" 2 head groups of 64 rows") != std::string::npos;
+  const bool two_wide_groups = plan.head_groups == 2 && plan.rows_per_cta == 64;
   const bool may_pair = recipe.format != KvCacheFormat::kBf16 && two_wide_groups && pair_wanted;
-  if (!may_pair) EXPECT_FALSE(paired) << plan.reason;
+  if (!may_pair) EXPECT_FALSE(plan.paired_head_groups) << plan.reason;
   if (may_pair && device.cc_major == 9 && SMLA_TEST_BUILD_HAS_SM90_CODE) {
-    EXPECT_TRUE(paired) << plan.reason;
+    EXPECT_TRUE(plan.paired_head_groups) << plan.reason;
   }
   // The 16-row x 32-key tile of an FP8 cache runs the warp-specialised kernel unless
   // SMLA_DECODE_WARP_SPECIALIZED=0 (tests/cpp/CMakeLists.txt: gpu_decode_split_16_rows), its
   // shared memory does not fit (v32_fp8 under the A100's cap) or its parts do not fit one wave
-  // (kernel_tables.cpp decode_entry, choose_decode_launch). On an sm_90 device's own 227 KiB it
-  // fits, and up to 132 parts are one wave of the H200.
+  // (decode_launch_policy.cpp choose_decode_tile, choose_decode_launch). On an sm_90 device's own
+  // 227 KiB it fits, and up to 132 parts are one wave of the H200.
   const char* producers_env = std::getenv("SMLA_DECODE_WARP_SPECIALIZED");
   const bool producers_wanted = producers_env == nullptr || std::string(producers_env) != "0";
-  const bool tile_16x32 = plan.reason.find(" of 16 rows x 32-key blocks") != std::string::npos;
-  const bool producers = plan.reason.find("(8 producer warps)") != std::string::npos;
+  const bool tile_16x32 = plan.rows_per_cta == 16 && plan.keys_per_block == 32;
   const bool may_produce = producers_wanted && tile_16x32 && recipe.format != KvCacheFormat::kBf16;
-  if (!may_produce) EXPECT_FALSE(producers) << plan.reason;
+  if (!may_produce) EXPECT_FALSE(plan.warp_specialized) << plan.reason;
   if (may_produce && device.cc_major == 9 && std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
       plan.num_sm_parts <= device.sm_count) {
-    EXPECT_TRUE(producers) << plan.reason;
+    EXPECT_TRUE(plan.warp_specialized) << plan.reason;
   }
   Buffer workspace;
   SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes, &workspace));
@@ -327,7 +372,7 @@ TEST_P(PortableDecode, PartsSizedForFullLists) {
       options.backend = Backend::kCuda;
       DecodePlan plan;
       SMLA_ASSERT_OK(plan_sparse_decode(problem, &plan, options));
-      EXPECT_NE(plan.reason.find("sized for full lists"), std::string::npos) << plan.reason;
+      EXPECT_GT(plan.min_units_per_part, 0) << plan.reason;
     }
   }
 }

@@ -8,8 +8,7 @@
 #include <string>
 
 #if defined(SMLA_WITH_CUDA)
-#include "cuda/portable/sparse_decode/launch.h"
-#include "cuda/portable/sparse_prefill/launch.h"
+#include "cuda/kernel_registry.h"
 #include "cuda/tile_choice.h"
 
 namespace sparse_mla::cuda {
@@ -19,15 +18,17 @@ constexpr int kSm90 = 232448;  // cudaDevAttrMaxSharedMemoryPerBlockOptin of the
 constexpr int kSm80 = 166912;  // A100
 constexpr int kSm89 = 101376;  // L40, RTX 4090 (sm_89), A10 / RTX 3090 (sm_86)
 
+// The shared memory of this build's split-kernel decode tiles of one format and d_qk (0 for a
+// tile that is not built), from the registry (cuda/kernel_registry.h).
 template <KvCacheFormat kFormat, int kDqk>
 TileSmemFn decode_smem() {
   return [](int rows, int keys) {
-    namespace pd = portable_decode;
-#define SMLA_CASE(R, K) \
-  if (rows == R && keys == K) return pd::decode_smem_bytes<kFormat, kDqk, R, K>();
-    SMLA_CASE(16, 64) SMLA_CASE(16, 32) SMLA_CASE(32, 64) SMLA_CASE(32, 32) SMLA_CASE(64, 64)
-    SMLA_CASE(64, 32)
-#undef SMLA_CASE
+    for (const DecodeEntry& e : portable_decode_entries()) {
+      if (e.tile.format == kFormat && e.tile.d_qk == kDqk && !e.tile.warp_specialized &&
+          e.tile.rows == rows && e.tile.block_keys == keys) {
+        return e.smem();
+      }
+    }
     return 0;
   };
 }
@@ -35,15 +36,26 @@ TileSmemFn decode_smem() {
 template <int kDqk>
 TileSmemFn prefill_smem() {
   return [](int rows, int keys) {
-    namespace pp = portable_prefill;
-#define SMLA_CASE(R, K) \
-  if (rows == R && keys == K) return pp::prefill_smem_bytes<kDqk, R, K>();
-    SMLA_CASE(16, 64) SMLA_CASE(16, 32) SMLA_CASE(32, 64) SMLA_CASE(32, 32) SMLA_CASE(64, 64)
-    SMLA_CASE(64, 32)
-#undef SMLA_CASE
+    for (const PrefillEntry& e : portable_prefill_entries()) {
+      if (e.d_qk == kDqk && e.rows == rows && e.block_keys == keys) return e.smem();
+    }
     return 0;
   };
 }
+
+// Whether every portable tile of the kernel table is built (SMLA_KERNELS=all): the tests below
+// name tiles of every format.
+bool all_portable_tiles_built() {
+  for (const AbsentKernel& k : absent_kernels()) {
+    if (std::string(k.family).rfind("portable_", 0) == 0) return false;
+  }
+  return true;
+}
+#define SMLA_SKIP_UNLESS_ALL_KERNELS()                                                  \
+  if (!all_portable_tiles_built()) {                                                    \
+    GTEST_SKIP() << "this build has part of the kernel table (SMLA_KERNELS); the tile " \
+                    "choices are checked in a build of all";                            \
+  }
 
 void expect_tile(const TileChoice& got, int rows, int keys, int smem_optin) {
   EXPECT_EQ(got.rows, rows);
@@ -53,6 +65,7 @@ void expect_tile(const TileChoice& got, int rows, int keys, int smem_optin) {
 }
 
 TEST(TileChoice, H200RunsTheNaturalTiles) {
+  SMLA_SKIP_UNLESS_ALL_KERNELS();
   const auto v32 = decode_smem<KvCacheFormat::kV32Fp8, 576>();
   expect_tile(choose_tile(16, 32, 0, kSm90, v32), 16, 32, kSm90);
   expect_tile(choose_tile(32, 64, 0, kSm90, v32), 32, 64, kSm90);
@@ -64,6 +77,7 @@ TEST(TileChoice, H200RunsTheNaturalTiles) {
 }
 
 TEST(TileChoice, ForcedKeysWinWhereTheyFit) {
+  SMLA_SKIP_UNLESS_ALL_KERNELS();
   const auto v4 = decode_smem<KvCacheFormat::kV4Fp8, 512>();
   expect_tile(choose_tile(64, 64, 32, kSm90, v4), 64, 32, kSm90);
   expect_tile(choose_tile(16, 32, 64, kSm90, v4), 16, 64, kSm90);
@@ -73,6 +87,7 @@ TEST(TileChoice, ForcedKeysWinWhereTheyFit) {
 }
 
 TEST(TileChoice, A100RunsCompactTilesWhereTheStandardOnesDoNotFit) {
+  SMLA_SKIP_UNLESS_ALL_KERNELS();
   expect_tile(choose_tile(64, 64, 0, kSm80, prefill_smem<576>()), 64, 32, kSm80);
   expect_tile(choose_tile(32, 64, 0, kSm80, prefill_smem<576>()), 32, 32, kSm80);
   expect_tile(choose_tile(64, 64, 0, kSm80, decode_smem<KvCacheFormat::kV32Fp8, 576>()), 64, 32,
@@ -82,6 +97,7 @@ TEST(TileChoice, A100RunsCompactTilesWhereTheStandardOnesDoNotFit) {
 }
 
 TEST(TileChoice, Sm89FallsBackToFewerHeadRows) {
+  SMLA_SKIP_UNLESS_ALL_KERNELS();
   // 99 KiB: no 64-row tile fits; 128 heads run as 16- or 32-row head groups.
   expect_tile(choose_tile(64, 64, 0, kSm89, decode_smem<KvCacheFormat::kV32Fp8, 576>()), 32, 32,
               kSm89);
@@ -93,6 +109,7 @@ TEST(TileChoice, Sm89FallsBackToFewerHeadRows) {
 
 // Every kernel shape has a tile on every supported device class.
 TEST(TileChoice, EveryShapeRunsOnEveryDeviceClass) {
+  SMLA_SKIP_UNLESS_ALL_KERNELS();
   const TileSmemFn shapes[] = {
       decode_smem<KvCacheFormat::kV32Fp8, 576>(), decode_smem<KvCacheFormat::kV4Fp8, 512>(),
       decode_smem<KvCacheFormat::kBf16, 576>(),   decode_smem<KvCacheFormat::kBf16, 512>(),
@@ -143,6 +160,7 @@ TEST(TileChoice, EntryTableChoice) {
 }
 
 TEST(TileChoice, NothingFitsNamesTheNeed) {
+  SMLA_SKIP_UNLESS_ALL_KERNELS();
   const auto v32 = decode_smem<KvCacheFormat::kV32Fp8, 576>();
   EXPECT_EQ(choose_tile(64, 64, 0, 48 * 1024, v32).rows, 0);
   const std::string why = tile_does_not_fit(64, 48 * 1024, v32);

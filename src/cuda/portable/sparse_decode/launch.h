@@ -1,25 +1,24 @@
 // Host-side launcher of the portable sparse decode split kernel, one explicit instantiation per
-// (cache format, d_qk, head rows, keys per block) in src/cuda/instantiations/. Only those units
-// include kernel.cuh. The planner and the combine are separate launches (src/cuda/planning,
-// src/cuda/combine); kernel_tables.cpp sequences the three.
+// (cache format, d_qk, head rows, keys per block): a row of the kernel table
+// (src/cuda/instantiations/kernels.py), whose generated units alone include kernel.cuh. The
+// planner and the combine are separate launches (src/cuda/planning, src/cuda/combine);
+// kernel_tables.cpp sequences the three.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "core/params.h"
+#include "cuda/decode_launch_policy.h"
 #include "planning/decode_schedule.h"
 #include "sparse_mla/kv_cache_format.h"
 #include "sparse_mla/status.h"
 
 namespace sparse_mla::cuda::portable_decode {
 
-// Head rows per CTA for h_q heads: 16, 32 or 64 (h_q > 64: ceil(h_q / 64) head groups).
-inline int decode_rows_for(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
-
-// Head-group CTAs per part of an unpaired launch (the grid's y): ceil(h_q / rows).
-inline int decode_head_groups(int64_t h_q, int rows) {
-  return static_cast<int>((h_q + rows - 1) / rows);
-}
+// Head rows per CTA for h_q heads, and head-group CTAs per part (the grid's y): the launch
+// policy's rule (cuda/decode_launch_policy.h), which the launchers' grids follow.
+using cuda::decode_head_groups;
+using cuda::decode_rows_for;
 
 // One split-kernel launch: the call's arguments plus the schedule in the workspace.
 struct DecodeLaunch {
@@ -31,8 +30,8 @@ struct DecodeLaunch {
   float* partial_out = nullptr;                         // [max_partials, h_q, 512] fp32
   // Two head groups launched as 2-CTA clusters that share each block's gather and dequantisation.
   // The grid is then (num_parts, 2) whatever h_q is, and the launcher does not check: set it only
-  // where kernel_tables.cpp's paired_clusters says so (64-row tiles, 65..128 heads, a quantized
-  // format on sm_90+: decode_pair_clusters > 0).
+  // where the launch policy pairs them (decode_launch_policy.cpp: 64-row tiles, 65..128 heads, a
+  // quantized format on sm_90+: decode_pair_clusters > 0).
   bool pair_head_groups = false;
 };
 

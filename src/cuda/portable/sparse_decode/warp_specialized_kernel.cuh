@@ -97,7 +97,7 @@ struct WarpSpecializedSmem {
 // Two raw stages per group (one gather in flight while the other stage converts): 180,224 B for
 // v32_fp8, 162,816 B for v4_fp8 (sizeof), so sm_90 runs both and the A100 (163 KiB) v4_fp8; where
 // it does not fit (sm_86 / sm_89's 99 KiB) the split kernel's 16 x 32 tile runs
-// (kernel_tables.cpp decode_entry).
+// (decode_launch_policy.cpp choose_decode_tile).
 // 3 per group (222 KB for v32_fp8) measured slower: 92.8 against 89.8 µs at V3.2 b = 64.
 inline constexpr int kWarpSpecializedRawStages = 2;
 

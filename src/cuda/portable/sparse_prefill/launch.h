@@ -1,5 +1,6 @@
 // Host-side launcher of the portable sparse prefill kernel, one explicit instantiation per
-// (d_qk, head rows, keys per block) in src/cuda/instantiations/. Only those units include kernel.cuh.
+// (d_qk, head rows, keys per block): a row of the kernel table
+// (src/cuda/instantiations/kernels.py), whose generated units alone include kernel.cuh.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,0 +1,103 @@
+// How the portable CUDA back end launches a decode call: which split-kernel tile runs it (head
+// rows x keys per block), whether the two head groups of 65..128 heads run as 2-CTA clusters,
+// whether the 16-row tile runs the warp-specialised kernel, and how many parts the schedule cuts
+// the KV work into. Plan and run both ask, with the same problem, so they agree.
+//
+// Host-only and free of the CUDA runtime, so the CPU test suite tests it
+// (tests/cpp/decode_launch_policy_test.cpp): what it needs to know of the device (each tile's
+// shared memory, resident CTAs and clusters) comes through DecodeTileSet, which kernel_tables.cpp
+// answers from the runtime and the tests answer with numbers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "cuda/runtime/device_limits.h"
+#include "sparse_mla/kv_cache_format.h"
+#include "sparse_mla/sparse_decode.h"
+#include "sparse_mla/status.h"
+
+namespace sparse_mla::cuda {
+
+// Head rows per CTA for h_q heads: 16, 32 or 64 (h_q > 64: ceil(h_q / 64) head groups).
+inline int decode_rows_for(int64_t h_q) { return h_q <= 16 ? 16 : (h_q <= 32 ? 32 : 64); }
+
+// Head-group CTAs per part of an unpaired launch (the grid's y): ceil(h_q / rows).
+inline int decode_head_groups(int64_t h_q, int rows) {
+  return static_cast<int>((h_q + rows - 1) / rows);
+}
+
+// One decode tile of the build: a row of the kernel table (src/cuda/instantiations/kernels.py).
+struct DecodeTile {
+  const char* name;    // "portable_sparse_decode_v4fp8_d512_h16_k32"
+  const char* family;  // "portable_sparse_decode"
+  KvCacheFormat format;
+  int d_qk;
+  int rows;               // head rows per CTA
+  int block_keys;         // KV slots per block
+  bool warp_specialized;  // producer warps gather and dequantise
+};
+
+// The decode tiles a build has, and what the current device says about each.
+class DecodeTileSet {
+ public:
+  virtual size_t size() const = 0;
+  virtual const DecodeTile& tile(size_t i) const = 0;
+  virtual int smem_bytes(size_t i) const = 0;   // dynamic shared memory of tile i
+  virtual int ctas_per_sm(size_t i) const = 0;  // resident CTAs per SM; 0 = the query failed
+  // Resident 2-CTA clusters when tile i runs paired; 0 = it cannot (bf16, below sm_90, no sm_90
+  // code).
+  virtual int pair_clusters(size_t i) const = 0;
+
+ protected:
+  ~DecodeTileSet() = default;
+};
+
+// The SMLA_* settings that steer the choice (cuda/knobs.h); nullopt = the default.
+struct DecodeKnobs {
+  std::optional<int> block_keys;        // SMLA_DECODE_BLOCK_KEYS: 32 | 64
+  std::optional<int> pair_head_groups;  // SMLA_DECODE_PAIR_HEAD_GROUPS: 0 | 1
+  std::optional<int> warp_specialized;  // SMLA_DECODE_WARP_SPECIALIZED: 0 | 1
+  std::optional<int> num_parts;         // SMLA_DECODE_NUM_PARTS: parts of an unpaired launch
+};
+
+// Whether any tile of `format` at `d_qk` is in the set.
+bool has_decode_tiles(const DecodeTileSet& tiles, KvCacheFormat format, int64_t d_qk);
+
+// The tile for (format, d_qk, h_q) on a device with `smem_optin` bytes of shared memory per block
+// (cuda/tile_choice.h), as an index into `tiles`, or nullopt with the reason in *why_not. The
+// 16-row x 32-key tile of an FP8 cache is the warp-specialised one where that is built, wanted
+// and fits.
+std::optional<size_t> choose_decode_tile(const DecodeTileSet& tiles, KvCacheFormat format,
+                                         int64_t d_qk, int64_t h_q, int smem_optin,
+                                         const DecodeKnobs& knobs, std::string* why_not);
+
+// How a decode call launches its tile: parts of the split schedule, and whether the two head
+// groups of 65..128 heads run as 2-CTA clusters that share each block's gather and
+// dequantisation (quantized caches on sm_90+).
+struct DecodeLaunchShape {
+  size_t tile = 0;  // index into the DecodeTileSet
+  int head_groups = 1;
+  int num_parts = 1;
+  int64_t min_units = 0;  // the schedule's floor of units per part (planning/decode_part_count.h)
+  int working_parts = 1;  // parts that hold blocks when every list is full
+  int ctas_per_sm = 0;    // unpaired launches
+  int clusters = 0;       // paired launches: resident 2-CTA clusters on the device; 0 = unpaired
+};
+
+// The launch of `problem` starting from choose_decode_tile's `tile`: a warp-specialised tile
+// whose working parts do not fit one wave runs its split-kernel twin instead. kUnsupported when
+// the tile cannot be resident on the device.
+Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimits& limits,
+                            const DecodeTileSet& tiles, const DecodeKnobs& knobs, size_t tile,
+                            DecodeLaunchShape* shape);
+
+// Fills what a plan says about the launch: num_sm_parts, workspace_bytes, the typed kernel
+// fields (kernel_config, kernel_family, rows_per_cta, ...) and `reason`.
+void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,
+                      const DecodeTileSet& tiles, const DecodeKnobs& knobs,
+                      const DecodeLaunchShape& shape, DecodePlan* plan);
+
+}  // namespace sparse_mla::cuda
