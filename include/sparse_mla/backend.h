@@ -23,7 +23,7 @@ using StreamHandle = void*;
 struct RunOptions {
   Backend backend = Backend::kAuto;
   StreamHandle stream = nullptr;
-  int num_threads = 0;       // CPU back end: 0 = all hardware threads
+  int num_threads = 0;       // CPU back end: 0 = all hardware threads, N > 0 = N; < 0 rejected
   std::string kernel;        // force one kernel variant by name ("" = pick the best)
 };
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -74,6 +75,9 @@ struct DecodePlan {
   int num_sm_parts = 0;         // work units the schedule splits the KV work into
   size_t workspace_bytes = 0;   // to allocate on problem.device (may be 0)
   std::string reason;           // why this kernel and this split count, for logs and `list`
+  // Set by plan_sparse_decode over every field above but `reason`; sparse_decode refuses a plan
+  // whose fields no longer match it (edited after planning, or not made by plan_sparse_decode).
+  uint64_t fingerprint = 0;
 };
 
 Status plan_sparse_decode(const SparseDecodeProblem& problem, DecodePlan* plan,

@@ -10,7 +10,12 @@
 
 namespace sparse_mla {
 
-int cuda_device_count() { return detail::cuda_device_count_impl(); }
+// Counted once per process: the CUDA runtime fixes the visible devices when it starts
+// (CUDA_VISIBLE_DEVICES is read then), and every CUDA call's dispatch asks.
+int cuda_device_count() {
+  static const int count = detail::cuda_device_count_impl();
+  return count;
+}
 bool cuda_available() { return cuda_device_count() > 0; }
 
 Status get_device_info(int index, DeviceInfo* info) {

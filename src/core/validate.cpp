@@ -2,6 +2,8 @@
 // the first problem found, phrased as "<op>: <argument> <what is wrong> (<value>)".
 #include "core/validate.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +30,49 @@ bool offsets_fit_int64(const TensorView& t, size_t element_bytes) {
   int64_t bytes = 0;
   return !__builtin_add_overflow(last, 1, &last) &&
          !__builtin_mul_overflow(last, static_cast<int64_t>(element_bytes), &bytes);
+}
+
+bool views_distinct_elements(const TensorView& t) {
+  if (t.rank < 0 || t.rank > kMaxRank) return false;
+  if (t.numel() == 0) return true;
+  std::array<int, kMaxRank> dims{};
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.sizes[d] > 1) dims[n++] = d;
+  }
+  for (int i = 1; i < n; ++i) {  // insertion sort by stride: at most 4 dimensions
+    for (int j = i; j > 0 && t.strides[dims[j]] < t.strides[dims[j - 1]]; --j) {
+      std::swap(dims[j], dims[j - 1]);
+    }
+  }
+  // span: one past the largest element offset the smaller-stride dimensions reach.
+  int64_t span = 1;
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    if (t.strides[d] < span) return false;
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(t.sizes[d] - 1, t.strides[d], &reach) ||
+        __builtin_add_overflow(span, reach, &span)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+ByteRange byte_range(const TensorView& t) {
+  if (t.numel() == 0) return {};
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) last += (t.sizes[d] - 1) * t.strides[d];
+  const auto begin = reinterpret_cast<uintptr_t>(t.data);
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * dtype_size(t.dtype))};
+}
+
+ByteRange byte_range(const KvCacheView& c) {
+  if (c.num_blocks <= 0) return {};
+  const auto begin = reinterpret_cast<uintptr_t>(c.data);
+  const int64_t bytes = (c.num_blocks - 1) * c.block_stride_bytes +
+                        kv_cache_min_block_stride(c.format, c.page_block_size, c.d_qk);
+  return {begin, begin + static_cast<uintptr_t>(bytes)};
 }
 
 namespace {
@@ -105,8 +150,8 @@ class Checker {
     return {};
   }
 
-  // Outputs must not alias themselves: a zero stride in a dimension of size > 1 would make
-  // threads and CTAs write the same element.
+  // Outputs must not overlap themselves: two index tuples that address one element would make
+  // threads and CTAs write it twice (views_distinct_elements says which layouts are accepted).
   Status no_self_overlap(const char* name, const TensorView& t) const {
     for (int d = 0; d < t.rank; ++d) {
       if (t.sizes[d] > 1 && t.strides[d] == 0) {
@@ -114,6 +159,11 @@ class Checker {
                     "] = 0 makes the output overlap itself (size " + std::to_string(t.sizes[d]) +
                     ")");
       }
+    }
+    if (!views_distinct_elements(t)) {
+      return fail(std::string(name) + " (" + describe(t) +
+                  ") overlaps itself: with its dimensions ordered by stride, each stride must be "
+                  "at least the span of the dimensions with smaller strides");
     }
     return {};
   }
@@ -506,6 +556,91 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
   p->lse_stride_b = a.lse.strides[0];
   p->lse_stride_s = a.lse.strides[1];
   p->lse_stride_h = a.lse.strides[2];
+  return {};
+}
+
+namespace {
+
+struct NamedRange {
+  const char* name;
+  ByteRange range;
+};
+
+std::string range_text(const ByteRange& r) {
+  std::ostringstream os;
+  os << "[" << reinterpret_cast<const void*>(r.begin) << ", " << reinterpret_cast<const void*>(r.end)
+     << ")";
+  return os.str();
+}
+
+// Every output against every input and against the outputs before it.
+Status check_disjoint(const char* op, std::initializer_list<NamedRange> outputs,
+                      std::initializer_list<NamedRange> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    auto refuse = [&](const NamedRange& other, const char* what) {
+      return invalid_argument(std::string(op) + ": " + out->name + " (bytes " +
+                              range_text(out->range) + ") overlaps " + what + " " + other.name +
+                              " (bytes " + range_text(other.range) +
+                              "): outputs must not share memory with inputs or other outputs");
+    };
+    for (const NamedRange& in : inputs) {
+      if (out->range.overlaps(in.range)) return refuse(in, "input");
+    }
+    for (auto prev = outputs.begin(); prev != out; ++prev) {
+      if (out->range.overlaps(prev->range)) return refuse(*prev, "output");
+    }
+  }
+  return {};
+}
+
+ByteRange optional_range(const std::optional<TensorView>& t) {
+  return t ? byte_range(*t) : ByteRange{};
+}
+
+}  // namespace
+
+Status validate_no_aliasing(const SparsePrefillArgs& a) {
+  return check_disjoint("sparse_prefill",
+                        {{"out", byte_range(a.out)},
+                         {"max_logits", byte_range(a.max_logits)},
+                         {"lse", byte_range(a.lse)}},
+                        {{"q", byte_range(a.q)},
+                         {"kv", byte_range(a.kv)},
+                         {"indices", byte_range(a.indices)},
+                         {"attn_sink", optional_range(a.attn_sink)},
+                         {"topk_length", optional_range(a.topk_length)}});
+}
+
+Status validate_no_aliasing(const SparseDecodeArgs& a) {
+  return check_disjoint(
+      "sparse_decode", {{"out", byte_range(a.out)}, {"lse", byte_range(a.lse)}},
+      {{"q", byte_range(a.q)},
+       {"kv_cache", byte_range(a.kv_cache)},
+       {"indices", byte_range(a.indices)},
+       {"topk_length", optional_range(a.topk_length)},
+       {"attn_sink", optional_range(a.attn_sink)},
+       {"extra_kv_cache", a.extra_kv_cache ? byte_range(*a.extra_kv_cache) : ByteRange{}},
+       {"extra_indices", optional_range(a.extra_indices)},
+       {"extra_topk_length", optional_range(a.extra_topk_length)}});
+}
+
+Status validate_run_options(const char* op, const RunOptions& options) {
+  switch (options.backend) {
+    case Backend::kAuto:
+    case Backend::kCpu:
+    case Backend::kCuda:
+    case Backend::kReference:
+      break;
+    default:
+      return invalid_argument(std::string(op) + ": options.backend = " +
+                              std::to_string(static_cast<int>(options.backend)) +
+                              " is not a back end (auto, cpu, cuda or reference)");
+  }
+  if (options.num_threads < 0) {
+    return invalid_argument(std::string(op) + ": options.num_threads = " +
+                            std::to_string(options.num_threads) +
+                            " must be >= 0 (0 = every hardware thread)");
+  }
   return {};
 }
 
