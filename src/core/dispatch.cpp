@@ -150,14 +150,22 @@ uint64_t plan_fingerprint(const DecodePlan& plan) {
 
 namespace {
 
+Status check_problem(const SparsePrefillProblem& p) {
+  return validate_prefill_problem("sparse_prefill", p);
+}
+Status check_problem(const SparseDecodeProblem& p) { return validate_decode_problem(p); }
+
 template <typename Kernel, typename Problem>
 std::vector<KernelAvailability> list_kernels(Operation op, const Problem& problem) {
   std::vector<KernelAvailability> result;
+  const Status valid = check_problem(problem);
   for (Backend backend : {Backend::kCuda, Backend::kCpu, Backend::kReference}) {
     for (const Kernel& k : table_for<Kernel>(backend)) {
       KernelAvailability a{k.name, backend, op, false, ""};
       std::string why_not;
-      if (backend == Backend::kCuda && !cuda_available()) {
+      if (!valid.ok()) {
+        a.why_not = "invalid problem: " + valid.message();
+      } else if (backend == Backend::kCuda && !cuda_available()) {
         a.why_not = "no CUDA device is visible";
       } else if ((backend == Backend::kCuda) != problem.device.is_cuda()) {
         a.why_not = "tensors are on " + to_string(problem.device);
@@ -300,6 +308,14 @@ Status sparse_decode(const SparseDecodeArgs& args, const DecodePlan& plan, void*
   // The back end runs what the plan names (plan.backend, plan.kernel); options carries the
   // stream and the thread count.
   return kernel->run(params, plan, workspace, workspace_bytes, schedule, options);
+}
+
+Status validate_problem(const SparsePrefillProblem& problem) {
+  return detail::check_problem(problem);
+}
+
+Status validate_problem(const SparseDecodeProblem& problem) {
+  return detail::check_problem(problem);
 }
 
 std::vector<KernelAvailability> list_prefill_kernels(const SparsePrefillProblem& problem) {

@@ -311,6 +311,25 @@ Status validate_decode_problem(const SparseDecodeProblem& pr) {
   return {};
 }
 
+Status validate_prefill_problem(const char* op, const SparsePrefillProblem& pr) {
+  Checker c(op);
+  auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v < lo || v > hi) {
+      return c.fail(std::string("problem.") + name + " = " + std::to_string(v) +
+                    " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return {};
+  };
+  SMLA_RETURN_IF_ERROR(in_range("s_q", pr.s_q, 0, INT64_MAX));
+  SMLA_RETURN_IF_ERROR(in_range("s_kv", pr.s_kv, 0, INT32_MAX));
+  SMLA_RETURN_IF_ERROR(in_range("h_q", pr.h_q, 1, kMaxHeads));
+  if (pr.d_qk != 512 && pr.d_qk != 576) {
+    return c.fail("problem.d_qk = " + std::to_string(pr.d_qk) + " must be 512 or 576");
+  }
+  SMLA_RETURN_IF_ERROR(in_range("d_v", pr.d_v, kValueDim, kValueDim));
+  return in_range("topk", pr.topk, 1, INT64_MAX);
+}
+
 Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
   Checker c("sparse_prefill");
   SMLA_RETURN_IF_ERROR(c.tensor("q", a.q, 3, DType::kBFloat16));

@@ -21,6 +21,8 @@ Status validate_decode(const SparseDecodeArgs& args, DecodeParams* params);
 // Checks a problem handed to plan_sparse_decode directly (it need not come from
 // describe_sparse_decode): every size in range, a known format, consistent extra-cache fields.
 Status validate_decode_problem(const SparseDecodeProblem& problem);
+// The same for a prefill problem (what validate_prefill checks on shapes): `op` names the caller.
+Status validate_prefill_problem(const char* op, const SparsePrefillProblem& problem);
 
 // True if every byte offset of `t` (element offsets sum(index * stride), times element_bytes)
 // fits an int64, so that no back end's offset arithmetic overflows; false for negative sizes or

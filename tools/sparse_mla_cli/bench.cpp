@@ -66,7 +66,7 @@ void declare_flags(FlagSet* f, Settings* s) {
                 "queued: runs back to back behind the L2-flush fill (device time; hides host "
                 "time); isolated: one call at a time, host wall + device time per call",
                 {"queued", "isolated"});
-  f->add_string("json", &s->json_path, "write every number to this JSON file");
+  f->add_path("json", &s->json_path, "write every number to this JSON file");
   f->add_switch("list_cases", &s->list_cases,
                 "print each selected case as the flags that run it alone, and exit");
   f->add_int("gemm_n", &s->gemm_n, "CPU: size of the fp32 GEMM that measures the ceiling", 64,
@@ -112,12 +112,23 @@ Status custom_case(const Settings& s, const FlagSet& f, BenchCase* c) {
     return {};
   }
   c->op = Operation::kSparseDecode;
+  const KvCacheFormat format = *parse_kv_cache_format(s.format);
+  // A decode case runs the format's d_qk (bf16: 576): a different --d_qk is refused, not ignored.
+  const int64_t format_d_qk =
+      kv_cache_format_info(format).d_qk != 0 ? kv_cache_format_info(format).d_qk : 576;
+  if (f.was_set("d_qk") && s.d_qk != format_d_qk) {
+    return invalid_argument("--d_qk = " + std::to_string(s.d_qk) + " does not match --format " +
+                            s.format + ", whose d_qk is " + std::to_string(format_d_qk));
+  }
+  if (f.was_set("extra_s_kv") && s.extra_topk == 0) {
+    return invalid_argument("--extra_s_kv needs --extra_topk (an extra cache)");
+  }
   DecodeShape& d = c->decode;
   d.b = s.b;
   d.s_q = s.s_q;
   d.h_q = s.h_q;
   d.topk = s.topk;
-  d.format = *parse_kv_cache_format(s.format);
+  d.format = format;
   d.page_block_size = s.page_block_size;
   d.s_kv = s.s_kv;
   d.has_extra = s.extra_topk > 0;
@@ -190,8 +201,19 @@ int bench_command(const Invocation& inv) {
     return kExitFailure;
   }
   const Device device = device_for(backend);
+  if (Status st = check_kernel_flag(s.kernel, backend); !st.ok()) {
+    std::cerr << "sparse-mla bench: " << st.message() << "\n";
+    return kExitUsageError;
+  }
   if (!flags.was_set("scale") && s.op.empty()) {
     s.scale = backend == Backend::kCuda ? 1.0 : kCpuDefaultScale;
+  }
+  // Before minutes of ceilings and runs: refuse a case whose tensors cannot fit.
+  for (const BenchCase& c : cases) {
+    if (Status st = check_case_fits(c.scaled(s.scale), device); !st.ok()) {
+      std::cerr << "sparse-mla bench: " << st.message() << "\n";
+      return kExitUsageError;
+    }
   }
   // The flags that reproduce this run's settings, appended to every case's own flags.
   std::string suffix = " --backend " + std::string(backend_name(backend));

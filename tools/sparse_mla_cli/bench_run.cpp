@@ -5,6 +5,11 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <iomanip>
+#include <new>
+#include <sstream>
+
+#include <unistd.h>
 
 #include "case_runner.h"
 #include "isolated_timing.h"
@@ -104,9 +109,8 @@ verify::DecodeRecipe decode_recipe(const DecodeShape& d, uint64_t seed) {
   return r;
 }
 
-}  // namespace
-
-void run_case(const Settings& s, Device device, const RunOptions& options, CaseResult* r) {
+void run_case_unguarded(const Settings& s, Device device, const RunOptions& options,
+                        CaseResult* r) {
   const BenchCase& c = r->run;
   auto start = std::chrono::steady_clock::now();
   auto fail = [&](const Status& status) { r->error = status.message(); };
@@ -174,6 +178,81 @@ void run_case(const Settings& s, Device device, const RunOptions& options, CaseR
   r->verify_s = seconds_since(v0);
 }
 
+
+}  // namespace
+
+void run_case(const Settings& s, Device device, const RunOptions& options, CaseResult* r) {
+  // check_case_fits refuses what cannot fit at all; a case that fits on paper can still fail to
+  // allocate on a busy machine, which is this case's error, not the end of the run.
+  try {
+    run_case_unguarded(s, device, options, r);
+  } catch (const std::bad_alloc&) {
+    const CaseBytes need = case_bytes(r->run, device.is_cuda());
+    r->error = "out of host memory making or checking the case (its tensors need about " +
+               std::to_string(static_cast<int64_t>(need.host)) + " bytes)";
+  }
+}
+
+CaseBytes case_bytes(const BenchCase& c, bool on_cuda) {
+  auto d = [](int64_t v) { return static_cast<double>(v); };
+  double inputs = 0, outputs = 0;
+  if (c.op == Operation::kSparsePrefill) {
+    const PrefillShape& p = c.prefill;
+    inputs = d(p.s_q) * d(p.h_q) * d(p.d_qk) * 2 + d(p.s_kv) * d(p.d_qk) * 2 +
+             d(p.s_q) * d(p.topk) * 4;
+    outputs = d(p.s_q) * d(p.h_q) * (512 * 2 + 4 + 4);
+  } else {
+    const DecodeShape& s = c.decode;
+    const int d_qk = kv_cache_format_info(s.format).d_qk != 0
+                         ? kv_cache_format_info(s.format).d_qk
+                         : 576;
+    auto cache = [&](int64_t tokens, int64_t page) {
+      const int64_t blocks = (tokens + page - 1) / page;
+      return d(blocks) * d(kv_cache_min_block_stride(s.format, page, d_qk));
+    };
+    const double queries = d(s.b) * d(s.s_q);
+    inputs = queries * d(s.h_q) * d_qk * 2 + cache(s.b * s.s_kv, s.page_block_size) +
+             queries * d(s.topk) * 4;
+    if (s.has_extra) {
+      inputs += cache(s.b * s.extra_s_kv, s.extra_page_block_size) + queries * d(s.extra_topk) * 4;
+    }
+    outputs = queries * d(s.h_q) * (512 * 2 + 4);
+  }
+  CaseBytes b;
+  // Host: the data, and the outputs three times (the run's or the fetched copy, and the
+  // reference's in fp32, counted as two bf16-sized copies).
+  b.host = inputs + 3 * outputs;
+  if (on_cuda) b.device = inputs + outputs;
+  return b;
+}
+
+Status check_case_fits(const BenchCase& c, Device device) {
+  const CaseBytes need = case_bytes(c, device.is_cuda());
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  const double host = pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size : 0;
+  auto text = [](double bytes) {
+    std::ostringstream os;
+    os << std::setprecision(3) << bytes / (1024.0 * 1024 * 1024) << " GiB (" << std::fixed
+       << std::setprecision(0) << bytes << " bytes)";
+    return os.str();
+  };
+  if (host > 0 && need.host > host) {
+    return invalid_argument("case " + c.name() + " needs " + text(need.host) +
+                            " of host memory for its tensors, more than this machine's " +
+                            text(host));
+  }
+  if (device.is_cuda()) {
+    DeviceInfo info;
+    if (get_device_info(device.index, &info).ok() && info.memory_bytes > 0 &&
+        need.device > static_cast<double>(info.memory_bytes)) {
+      return invalid_argument("case " + c.name() + " needs " + text(need.device) +
+                              " of device memory for its tensors, more than cuda:" +
+                              std::to_string(device.index) + "'s " +
+                              text(static_cast<double>(info.memory_bytes)));
+    }
+  }
+  return {};
+}
 
 double median(std::vector<double> v) {
   if (v.empty()) return NAN;

@@ -16,4 +16,16 @@ void run_case(const Settings& s, Device device, const RunOptions& options, CaseR
 
 double seconds_since(std::chrono::steady_clock::time_point start);
 
+// The memory a case needs, counted from its tensors (inputs, outputs, and the host copies that
+// verification compares), in bytes, as doubles so that absurd sizes do not overflow.
+struct CaseBytes {
+  double host = 0;    // test data, outputs fetched back, the reference's outputs
+  double device = 0;  // CUDA: inputs and outputs on the device (0 on the CPU)
+};
+CaseBytes case_bytes(const BenchCase& c, bool on_cuda);
+
+// Refuses a case whose tensors cannot fit this machine (host memory, or the device's), naming
+// the bytes needed: better than an allocation failure halfway through a run.
+Status check_case_fits(const BenchCase& c, Device device);
+
 }  // namespace sparse_mla::cli::bench

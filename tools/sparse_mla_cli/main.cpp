@@ -44,12 +44,19 @@ int main(int argc, char** argv) {
   if (command == "list") return list_command(inv);
   if (command == "info") return info_command(inv);
   if (command == "overhead") return overhead_command(inv);
-  if (command == "version" || command == "--version") {
-    std::cout << "sparse-mla " << sparse_mla::version_string() << "\n";
-    return kExitOk;
-  }
-  if (command == "help" || command == "--help" || command == "-h") {
-    std::cout << kUsage;
+  if (command == "version" || command == "--version" || command == "help" ||
+      command == "--help" || command == "-h") {
+    // No flags of their own: anything after them is a mistake, not something to ignore.
+    FlagSet flags(command);
+    if (sparse_mla::Status st = flags.parse(inv.args); !st.ok()) {
+      std::cerr << "sparse-mla " << command << ": " << st.message() << "\n";
+      return kExitUsageError;
+    }
+    if (command == "version" || command == "--version") {
+      std::cout << "sparse-mla " << sparse_mla::version_string() << "\n";
+    } else {
+      std::cout << kUsage;
+    }
     return kExitOk;
   }
   std::cerr << "sparse-mla: unknown command '" << command << "'\n" << kUsage;

@@ -182,7 +182,7 @@ int overhead_command(const Invocation& inv) {
                {std::begin(kBackendChoices), std::end(kBackendChoices)});
   f.add_int("threads", &threads, "CPU back end threads for the tiny calls; 0 = all", 0, 4096);
   f.add_switch("no_tiny", &no_tiny, "time only the empty calls (src/core alone)");
-  f.add_string("json", &json_path, "write the numbers to this JSON file");
+  f.add_path("json", &json_path, "write the numbers to this JSON file");
   if (Status st = f.parse(inv.args); !st.ok()) {
     std::cerr << "sparse-mla overhead: " << st.message() << "\n";
     return kExitUsageError;
@@ -193,10 +193,6 @@ int overhead_command(const Invocation& inv) {
                  "then with the back end's per-call work on a tiny problem).\n\n"
               << f.usage();
     return kExitOk;
-  }
-  if (f.was_set("json") && json_path.empty()) {
-    std::cerr << "sparse-mla overhead: --json needs a file name, got ''\n";
-    return kExitUsageError;
   }
   const Backend backend = resolve_backend(*parse_backend(backend_flag));
   if (backend == Backend::kCuda && !cuda_available()) {
