@@ -208,13 +208,6 @@ int bench_command(const Invocation& inv) {
   if (!flags.was_set("scale") && s.op.empty()) {
     s.scale = backend == Backend::kCuda ? 1.0 : kCpuDefaultScale;
   }
-  // Before minutes of ceilings and runs: refuse a case whose tensors cannot fit.
-  for (const BenchCase& c : cases) {
-    if (Status st = check_case_fits(c.scaled(s.scale), device); !st.ok()) {
-      std::cerr << "sparse-mla bench: " << st.message() << "\n";
-      return kExitUsageError;
-    }
-  }
   // The flags that reproduce this run's settings, appended to every case's own flags.
   std::string suffix = " --backend " + std::string(backend_name(backend));
   if (s.scale != 1.0) {
@@ -234,6 +227,14 @@ int bench_command(const Invocation& inv) {
       std::cout << "sparse-mla bench " << shell_join(c.flags()) << suffix << "\n";
     }
     return kExitOk;
+  }
+
+  // Before minutes of ceilings and runs: refuse a case whose tensors cannot fit.
+  for (const BenchCase& c : cases) {
+    if (Status st = check_case_fits(c.scaled(s.scale), device); !st.ok()) {
+      std::cerr << "sparse-mla bench: " << st.message() << "\n";
+      return kExitUsageError;
+    }
   }
 
   // A run can take minutes on a GPU: find out now, not after it, that --json cannot be written.
