@@ -188,7 +188,8 @@ class Mutator {
       c.page_block_size = std::max<int64_t>(1, c.page_block_size / 2);
       return std::string(name) + " sliced to fewer tokens per page";
     }
-    c.page_block_size += 1 + pick(64);
+    const int64_t more = 1 + pick(64);  // saturating: an earlier mutation may have set INT64_MAX
+    c.page_block_size = c.page_block_size > INT64_MAX - more ? INT64_MAX : c.page_block_size + more;
     return std::string(name) + " claims more tokens per page";
   }
 
