@@ -15,11 +15,11 @@ namespace sparse_mla {
 enum class Operation { kSparsePrefill, kSparseDecode };
 
 struct KernelAvailability {
-  std::string name;        // e.g. "cpu_sparse_prefill", "portable_sparse_decode_v4fp8"
+  std::string name;  // e.g. "cpu_sparse_prefill", "portable_sparse_decode_v4fp8"
   Backend backend;
   Operation operation;
   bool usable = false;
-  std::string why_not;     // empty when usable
+  std::string why_not;  // empty when usable
 };
 
 // Whether a problem is one a call could pose (sizes in range, a known format, consistent extra

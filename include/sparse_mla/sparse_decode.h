@@ -71,10 +71,10 @@ Status describe_sparse_decode(const SparseDecodeArgs& args, SparseDecodeProblem*
 struct DecodePlan {
   SparseDecodeProblem problem;  // sparse_decode refuses arguments of another shape
   Backend backend = Backend::kCpu;
-  std::string kernel;           // the kernel variant that will run
-  int num_sm_parts = 0;         // work units the schedule splits the KV work into
-  size_t workspace_bytes = 0;   // to allocate on problem.device (may be 0)
-  std::string reason;           // why this kernel and this split count, for logs and `list`
+  std::string kernel;          // the kernel variant that will run
+  int num_sm_parts = 0;        // work units the schedule splits the KV work into
+  size_t workspace_bytes = 0;  // to allocate on problem.device (may be 0)
+  std::string reason;          // why this kernel and this split count, for logs and `list`
   // Set by plan_sparse_decode over every field above but `reason`; sparse_decode refuses a plan
   // whose fields no longer match it (edited after planning, or not made by plan_sparse_decode).
   uint64_t fingerprint = 0;

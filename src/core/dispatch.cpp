@@ -41,10 +41,14 @@ std::span<const Kernel> table_for(Backend backend);
 template <>
 std::span<const PrefillKernel> table_for<PrefillKernel>(Backend backend) {
   switch (backend) {
-    case Backend::kReference: return reference_prefill_kernels();
-    case Backend::kCpu: return cpu_prefill_kernels();
-    case Backend::kCuda: return cuda_prefill_kernels();
-    case Backend::kAuto: break;
+    case Backend::kReference:
+      return reference_prefill_kernels();
+    case Backend::kCpu:
+      return cpu_prefill_kernels();
+    case Backend::kCuda:
+      return cuda_prefill_kernels();
+    case Backend::kAuto:
+      break;
   }
   return {};
 }
@@ -52,10 +56,14 @@ std::span<const PrefillKernel> table_for<PrefillKernel>(Backend backend) {
 template <>
 std::span<const DecodeKernel> table_for<DecodeKernel>(Backend backend) {
   switch (backend) {
-    case Backend::kReference: return reference_decode_kernels();
-    case Backend::kCpu: return cpu_decode_kernels();
-    case Backend::kCuda: return cuda_decode_kernels();
-    case Backend::kAuto: break;
+    case Backend::kReference:
+      return reference_decode_kernels();
+    case Backend::kCpu:
+      return cpu_decode_kernels();
+    case Backend::kCuda:
+      return cuda_decode_kernels();
+    case Backend::kAuto:
+      break;
   }
   return {};
 }
@@ -208,7 +216,8 @@ std::string first_difference(const SparseDecodeProblem& a, const SparseDecodePro
     return "shape of extra_topk_length";
   }
   if (a.has_attn_sink != b.has_attn_sink) return "presence of attn_sink";
-  if (!(a.device == b.device)) return "device " + to_string(a.device) + " vs " + to_string(b.device);
+  if (!(a.device == b.device))
+    return "device " + to_string(a.device) + " vs " + to_string(b.device);
   return "";
 }
 
@@ -224,8 +233,8 @@ Status sparse_prefill(const SparsePrefillArgs& args, const RunOptions& options) 
   SMLA_RETURN_IF_ERROR(
       detail::resolve_backend("sparse_prefill", options.backend, params.problem.device, &backend));
   const detail::PrefillKernel* kernel = nullptr;
-  SMLA_RETURN_IF_ERROR(detail::select_kernel("sparse_prefill", backend, params.problem,
-                                             options.kernel, &kernel));
+  SMLA_RETURN_IF_ERROR(
+      detail::select_kernel("sparse_prefill", backend, params.problem, options.kernel, &kernel));
   if (params.problem.s_q == 0) return {};
   return kernel->run(params, options);
 }
@@ -280,14 +289,14 @@ Status sparse_decode(const SparseDecodeArgs& args, const DecodePlan& plan, void*
         std::to_string(plan.workspace_bytes) + "): plan again");
   }
   if (schedule != DecodeSchedule::kBuild && schedule != DecodeSchedule::kReuse) {
-    return invalid_argument("sparse_decode: schedule = " +
-                            std::to_string(static_cast<int>(schedule)) +
-                            " is not kBuild or kReuse");
+    return invalid_argument(
+        "sparse_decode: schedule = " + std::to_string(static_cast<int>(schedule)) +
+        " is not kBuild or kReuse");
   }
   if (workspace_bytes < plan.workspace_bytes) {
-    return invalid_argument("sparse_decode: workspace_bytes = " + std::to_string(workspace_bytes) +
-                            " is smaller than plan.workspace_bytes = " +
-                            std::to_string(plan.workspace_bytes));
+    return invalid_argument(
+        "sparse_decode: workspace_bytes = " + std::to_string(workspace_bytes) +
+        " is smaller than plan.workspace_bytes = " + std::to_string(plan.workspace_bytes));
   }
   if (plan.workspace_bytes > 0 && workspace == nullptr) {
     return invalid_argument("sparse_decode: workspace is null but the plan needs " +

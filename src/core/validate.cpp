@@ -104,12 +104,12 @@ class Checker {
     }
     for (int d = 0; d < rank; ++d) {
       if (t.sizes[d] < 0) {
-        return fail(std::string(name) + ".sizes[" + std::to_string(d) + "] = " +
-                    std::to_string(t.sizes[d]) + " is negative");
+        return fail(std::string(name) + ".sizes[" + std::to_string(d) +
+                    "] = " + std::to_string(t.sizes[d]) + " is negative");
       }
       if (t.strides[d] < 0) {
-        return fail(std::string(name) + ".strides[" + std::to_string(d) + "] = " +
-                    std::to_string(t.strides[d]) + " is negative");
+        return fail(std::string(name) + ".strides[" + std::to_string(d) +
+                    "] = " + std::to_string(t.strides[d]) + " is negative");
       }
     }
     if (!offsets_fit_int64(t, dtype_size(dtype))) {
@@ -117,8 +117,7 @@ class Checker {
                   ") spans more than 2^63 bytes: its sizes and strides overflow 64-bit offsets");
     }
     if (t.numel() > 0 && t.data == nullptr) {
-      return fail(std::string(name) + ".data is null for a non-empty tensor (" + describe(t) +
-                  ")");
+      return fail(std::string(name) + ".data is null for a non-empty tensor (" + describe(t) + ")");
     }
     if (last_dim_contiguous && t.sizes[rank - 1] > 1 && t.strides[rank - 1] != 1) {
       return fail(std::string(name) + " must be contiguous in its last dimension, got stride " +
@@ -142,8 +141,8 @@ class Checker {
     }
     for (int d = 0; d + 1 < t.rank; ++d) {
       if (t.sizes[d] > 1 && (t.strides[d] * static_cast<int64_t>(elem)) % 16 != 0) {
-        return fail(std::string(name) + ".strides[" + std::to_string(d) + "] = " +
-                    std::to_string(t.strides[d]) +
+        return fail(std::string(name) + ".strides[" + std::to_string(d) +
+                    "] = " + std::to_string(t.strides[d]) +
                     " elements is not a multiple of 16 bytes, required by the CUDA back end");
       }
     }
@@ -172,8 +171,7 @@ class Checker {
                  const char* meaning) const {
     if (t.sizes[dim] != expected) {
       return fail(std::string(name) + ".sizes[" + std::to_string(dim) + "] (" + meaning +
-                  ") = " + std::to_string(t.sizes[dim]) + ", expected " +
-                  std::to_string(expected));
+                  ") = " + std::to_string(t.sizes[dim]) + ", expected " + std::to_string(expected));
     }
     return {};
   }
@@ -199,8 +197,8 @@ class Checker {
 Status check_heads_and_dims(const Checker& c, const char* name, const TensorView& q, int h_dim) {
   int64_t h_q = q.sizes[h_dim];
   if (h_q < 1 || h_q > kMaxHeads) {
-    return c.fail(std::string(name) + ".sizes[" + std::to_string(h_dim) + "] (h_q) = " +
-                  std::to_string(h_q) + " is out of range [1, 128]");
+    return c.fail(std::string(name) + ".sizes[" + std::to_string(h_dim) +
+                  "] (h_q) = " + std::to_string(h_q) + " is out of range [1, 128]");
   }
   int64_t d_qk = q.sizes[h_dim + 1];
   if (d_qk != 512 && d_qk != 576) {
@@ -258,8 +256,7 @@ Status validate_kv_cache_view(const char* op, const char* what, const KvCacheVie
   if (cache.data == nullptr) return c.fail(w + ".data is null");
   // Token rows are read with 16-byte loads on CUDA, and scale words with 4-byte loads.
   if (reinterpret_cast<uintptr_t>(cache.data) % 16 != 0) {
-    return c.fail(w + ".data = " + Checker::pointer_text(cache.data) +
-                  " must be 16-byte aligned");
+    return c.fail(w + ".data = " + Checker::pointer_text(cache.data) + " must be 16-byte aligned");
   }
   if (cache.block_stride_bytes % 16 != 0) {
     return c.fail(w + ".block_stride_bytes = " + std::to_string(cache.block_stride_bytes) +
@@ -303,8 +300,7 @@ Status validate_decode_problem(const SparseDecodeProblem& pr) {
   }
   if (pr.has_extra) {
     SMLA_RETURN_IF_ERROR(in_range("extra_topk", pr.extra_topk, 1, INT32_MAX));
-    SMLA_RETURN_IF_ERROR(
-        in_range("extra_page_block_size", pr.extra_page_block_size, 1, INT32_MAX));
+    SMLA_RETURN_IF_ERROR(in_range("extra_page_block_size", pr.extra_page_block_size, 1, INT32_MAX));
   } else if (pr.extra_topk != 0 || pr.has_extra_topk_length) {
     return c.fail("problem.extra_topk / has_extra_topk_length are set but has_extra is false");
   }
@@ -352,7 +348,8 @@ Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
   SMLA_RETURN_IF_ERROR(c.size_is("indices", a.indices, 1, 1, "h_kv"));
   SMLA_RETURN_IF_ERROR(c.same_device("indices", a.indices, device));
   const int64_t topk = a.indices.sizes[2];
-  if (topk < 1) return c.fail("indices.sizes[2] (topk) = " + std::to_string(topk) + " must be >= 1");
+  if (topk < 1)
+    return c.fail("indices.sizes[2] (topk) = " + std::to_string(topk) + " must be >= 1");
 
   SMLA_RETURN_IF_ERROR(check_scale(c, "sm_scale", a.sm_scale));
   SMLA_RETURN_IF_ERROR(check_d_v(c, a.d_v));
@@ -383,8 +380,9 @@ Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
   }
 
   *p = PrefillParams{};
-  p->problem = SparsePrefillProblem{s_q,  s_kv, h_q, d_qk, a.d_v, topk, a.attn_sink.has_value(),
-                                    a.topk_length.has_value(), device};
+  p->problem = SparsePrefillProblem{
+      s_q,   s_kv, h_q, d_qk, a.d_v, topk, a.attn_sink.has_value(), a.topk_length.has_value(),
+      device};
   p->sm_scale = a.sm_scale;
   p->q = a.q.data_as<const bf16_bits>();
   p->q_stride_s = a.q.strides[0];
@@ -425,8 +423,7 @@ Status validate_index_list(const Checker& c, const std::string& prefix, const Te
   SMLA_RETURN_IF_ERROR(c.size_is(ind.c_str(), indices, 1, s_q, "s_q"));
   SMLA_RETURN_IF_ERROR(c.same_device(ind.c_str(), indices, device));
   if (indices.sizes[2] < 1) {
-    return c.fail(ind + ".sizes[2] (topk) = " + std::to_string(indices.sizes[2]) +
-                  " must be >= 1");
+    return c.fail(ind + ".sizes[2] (topk) = " + std::to_string(indices.sizes[2]) + " must be >= 1");
   }
   *list = IndexListParams{};
   list->indices = indices.data_as<const int32_t>();
@@ -451,8 +448,12 @@ Status validate_index_list(const Checker& c, const std::string& prefix, const Te
 }
 
 KvCacheParams cache_params(const KvCacheView& v) {
-  return KvCacheParams{static_cast<const uint8_t*>(v.data), v.format, v.num_blocks,
-                       v.page_block_size, v.block_stride_bytes, v.d_qk};
+  return KvCacheParams{static_cast<const uint8_t*>(v.data),
+                       v.format,
+                       v.num_blocks,
+                       v.page_block_size,
+                       v.block_stride_bytes,
+                       v.d_qk};
 }
 
 }  // namespace
@@ -492,8 +493,7 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
     const KvCacheView& e = *a.extra_kv_cache;
     if (e.format != a.kv_cache.format) {
       return c.fail(std::string("extra_kv_cache.format = ") + kv_cache_format_name(e.format) +
-                    " differs from kv_cache.format = " +
-                    kv_cache_format_name(a.kv_cache.format));
+                    " differs from kv_cache.format = " + kv_cache_format_name(a.kv_cache.format));
     }
     SMLA_RETURN_IF_ERROR(validate_kv_cache_view("sparse_decode", "extra_kv_cache", e));
     if (e.d_qk != d_qk) {
@@ -504,8 +504,8 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
       return c.fail("extra_kv_cache is on " + to_string(e.device) + " but q is on " +
                     to_string(device));
     }
-    SMLA_RETURN_IF_ERROR(validate_index_list(c, "extra_", *a.extra_indices, a.extra_topk_length,
-                                             b, s_q, device, &extra_list, &extra_per_token));
+    SMLA_RETURN_IF_ERROR(validate_index_list(c, "extra_", *a.extra_indices, a.extra_topk_length, b,
+                                             s_q, device, &extra_list, &extra_per_token));
   }
 
   float scale = a.softmax_scale.value_or(static_cast<float>(1.0 / std::sqrt(double(d_qk))));
@@ -587,8 +587,8 @@ struct NamedRange {
 
 std::string range_text(const ByteRange& r) {
   std::ostringstream os;
-  os << "[" << reinterpret_cast<const void*>(r.begin) << ", " << reinterpret_cast<const void*>(r.end)
-     << ")";
+  os << "[" << reinterpret_cast<const void*>(r.begin) << ", "
+     << reinterpret_cast<const void*>(r.end) << ")";
   return os.str();
 }
 
@@ -656,8 +656,8 @@ Status validate_run_options(const char* op, const RunOptions& options) {
                               " is not a back end (auto, cpu, cuda or reference)");
   }
   if (options.num_threads < 0) {
-    return invalid_argument(std::string(op) + ": options.num_threads = " +
-                            std::to_string(options.num_threads) +
+    return invalid_argument(std::string(op) +
+                            ": options.num_threads = " + std::to_string(options.num_threads) +
                             " must be >= 0 (0 = every hardware thread)");
   }
   return {};

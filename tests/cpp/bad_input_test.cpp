@@ -39,8 +39,7 @@ struct PlannedDecode {
     workspace.resize(plan.workspace_bytes + 16);
   }
   Status run(const SparseDecodeArgs& a, const DecodePlan& p) {
-    return sparse_decode(a, p, workspace.data(), workspace.size(), DecodeSchedule::kBuild,
-                         options);
+    return sparse_decode(a, p, workspace.data(), workspace.size(), DecodeSchedule::kBuild, options);
   }
 };
 
@@ -101,14 +100,16 @@ TEST(BadInput, OutputsNextToEachOtherInOneBufferAreAccepted) {
   EXPECT_TRUE(s.ok()) << s.message();
 }
 
-// ---- outputs overlapping themselves --------------------------------------------------------------
+// ---- outputs overlapping themselves
+// --------------------------------------------------------------
 
 TEST(BadInput, OutputsOverlappingThemselvesAreRefused) {
   PrefillFixture f;
   SparsePrefillArgs a = f.args();
   a.out.strides[1] = 256;  // heads 256 elements apart, rows of 512: head h+1 overwrites h
-  expect_refused(sparse_prefill(a), "out ([3, 4, 512] bf16 strides [2048, 256, 1] cpu) overlaps "
-                                    "itself");
+  expect_refused(sparse_prefill(a),
+                 "out ([3, 4, 512] bf16 strides [2048, 256, 1] cpu) overlaps "
+                 "itself");
   a = f.args();
   a.lse.strides = {1, 1, 0, 0};  // [s_q, h_q] with both strides 1
   expect_refused(sparse_prefill(a), "lse (");
@@ -132,7 +133,8 @@ TEST(BadInput, PermutedOutputsAreAccepted) {
   EXPECT_TRUE(s.ok()) << s.message();
 }
 
-// ---- run options ---------------------------------------------------------------------------------
+// ---- run options
+// ---------------------------------------------------------------------------------
 
 TEST(BadInput, NegativeThreadCountsAreRefused) {
   PrefillFixture f;
@@ -160,7 +162,8 @@ TEST(BadInput, UnknownBackEndsAreRefused) {
   expect_refused(sparse_prefill(f.args(), options), "options.backend = 7 is not a back end");
 }
 
-// ---- plans edited after planning -------------------------------------------------------------------
+// ---- plans edited after planning
+// -------------------------------------------------------------------
 
 TEST(BadInput, EditedPlansAreRefused) {
   PlannedDecode d;
@@ -206,7 +209,8 @@ TEST(BadInput, CopiedPlansAndEditedReasonsRun) {
   EXPECT_TRUE(s.ok()) << s.message();
 }
 
-// ---- cache views that cannot hold their page ---------------------------------------------------------
+// ---- cache views that cannot hold their page
+// ---------------------------------------------------------
 
 TEST(BadInput, CacheViewsWhoseBlockCannotHoldThePageAreRefused) {
   // A v4_fp8 view claiming 64-token pages over blocks of 32 (the stride of a 32-token block):
@@ -224,7 +228,8 @@ TEST(BadInput, CacheViewsWhoseBlockCannotHoldThePageAreRefused) {
   expect_refused(describe_sparse_decode(a, &problem), "is not a multiple of 576");
 }
 
-// ---- problems `list` judges ------------------------------------------------------------------------
+// ---- problems `list` judges
+// ------------------------------------------------------------------------
 
 TEST(BadInput, ListingsJudgeOnlyValidProblems) {
   PlannedDecode d;

@@ -31,28 +31,34 @@ struct Command {
 };
 
 std::vector<Command> commands() {
-  const std::vector<std::string> shape = {"b",        "s_q",          "s_kv",
-                                          "h_q",      "d_qk",         "topk",
-                                          "format",   "page_block_size", "extra_topk",
-                                          "extra_page_block_size"};
-  std::vector<std::string> bench_flags = {"suite",  "backend", "scale",   "filter", "iters",
-                                          "warmup", "seed",    "threads", "kernel", "verify",
-                                          "verify_gflop", "time_budget", "decode_schedule",
-                                          "timing", "json", "gemm_n", "op", "extra_s_kv"};
+  const std::vector<std::string> shape = {"b",          "s_q",
+                                          "s_kv",       "h_q",
+                                          "d_qk",       "topk",
+                                          "format",     "page_block_size",
+                                          "extra_topk", "extra_page_block_size"};
+  std::vector<std::string> bench_flags = {
+      "suite",   "backend", "scale",  "filter",       "iters",       "warmup",          "seed",
+      "threads", "kernel",  "verify", "verify_gflop", "time_budget", "decode_schedule", "timing",
+      "json",    "gemm_n",  "op",     "extra_s_kv"};
   bench_flags.insert(bench_flags.end(), shape.begin(), shape.end());
   std::vector<std::string> list_flags = {"op", "topk_length", "extra_topk_length"};
   list_flags.insert(list_flags.end(), shape.begin(), shape.end());
   return {
       {"bench",
-       {"--op", "decode", "--b", "1", "--s_q", "1", "--s_kv", "64", "--h_q", "2", "--topk", "4",
-        "--iters", "1", "--warmup", "0", "--gemm_n", "64", "--verify", "off"},
+       {"--op",   "decode", "--b",     "1", "--s_q",    "1", "--s_kv",   "64", "--h_q",    "2",
+        "--topk", "4",      "--iters", "1", "--warmup", "0", "--gemm_n", "64", "--verify", "off"},
        bench_flags,
        {"list_cases", "help"}},
-      {"check", {"--cases", "1"}, {"cases", "seed", "backend", "op", "threads", "kernel"}, {"help"}},
+      {"check",
+       {"--cases", "1"},
+       {"cases", "seed", "backend", "op", "threads", "kernel"},
+       {"help"}},
       {"list", {}, list_flags, {"attn_sink", "help"}},
       {"info", {"--no_measure"}, {"gemm_n"}, {"no_measure", "help"}},
-      {"overhead", {"--calls", "5", "--batches", "1"},
-       {"calls", "batches", "backend", "threads", "json"}, {"no_tiny", "help"}},
+      {"overhead",
+       {"--calls", "5", "--batches", "1"},
+       {"calls", "batches", "backend", "threads", "json"},
+       {"no_tiny", "help"}},
       {"version", {}, {}, {"help"}},
       {"help", {}, {}, {"help"}},
   };
@@ -61,13 +67,58 @@ std::vector<Command> commands() {
 // Values: a few valid small ones, the edges of every flag's range and beyond, non-numbers,
 // choices of other flags, and words that look like flags.
 const std::vector<std::string>& values() {
-  static const std::vector<std::string> v = {
-      "0",  "1", "2",  "3",  "-1",  "-7",  "64", "1.5", "1e3", "",    "abc", "nan", "inf",
-      "99999999999999999999", "1099511627776", "-9223372036854775808", "0x10", " 1", "1 ",
-      "cpu", "cuda", "auto", "reference", "tpu", "prefill", "decode", "v4_fp8", "v32_fp8",
-      "bf16", "fp4", "isolated", "queued", "reuse", "build", "full", "subset", "off", "none",
-      "request", "token", "v4", "all", "tp-shards", "bogus", "cpu_sparse_decode",
-      "cpu_sparse_prefill", "--help", "--", "-", "x y", "'q'", "/nonexistent/dir/out.json"};
+  static const std::vector<std::string> v = {"0",
+                                             "1",
+                                             "2",
+                                             "3",
+                                             "-1",
+                                             "-7",
+                                             "64",
+                                             "1.5",
+                                             "1e3",
+                                             "",
+                                             "abc",
+                                             "nan",
+                                             "inf",
+                                             "99999999999999999999",
+                                             "1099511627776",
+                                             "-9223372036854775808",
+                                             "0x10",
+                                             " 1",
+                                             "1 ",
+                                             "cpu",
+                                             "cuda",
+                                             "auto",
+                                             "reference",
+                                             "tpu",
+                                             "prefill",
+                                             "decode",
+                                             "v4_fp8",
+                                             "v32_fp8",
+                                             "bf16",
+                                             "fp4",
+                                             "isolated",
+                                             "queued",
+                                             "reuse",
+                                             "build",
+                                             "full",
+                                             "subset",
+                                             "off",
+                                             "none",
+                                             "request",
+                                             "token",
+                                             "v4",
+                                             "all",
+                                             "tp-shards",
+                                             "bogus",
+                                             "cpu_sparse_decode",
+                                             "cpu_sparse_prefill",
+                                             "--help",
+                                             "--",
+                                             "-",
+                                             "x y",
+                                             "'q'",
+                                             "/nonexistent/dir/out.json"};
   return v;
 }
 
@@ -107,7 +158,8 @@ std::vector<std::string> generate(const Command& c, std::mt19937_64& rng) {
     if (kind < 6 && !c.flags.empty()) {
       const std::string& flag = c.flags[pick(c.flags.size())];
       // --json gets a writable path most of the time (and the fuzz values otherwise).
-      const std::string value = flag == "json" && pick(2) == 0 ? "@json" : values()[pick(values().size())];
+      const std::string value =
+          flag == "json" && pick(2) == 0 ? "@json" : values()[pick(values().size())];
       if (pick(3) == 0) {
         argv.push_back("--" + flag + "=" + value);
       } else {
@@ -134,10 +186,9 @@ std::string joined(const std::vector<std::string>& argv) {
 }
 
 TEST(CliFuzz, EveryCommandExitsCleanlyOnGeneratedArguments) {
-  const std::string json_path =
-      (std::filesystem::temp_directory_path() /
-       ("smla_cli_fuzz_" + std::to_string(getpid()) + ".json"))
-          .string();
+  const std::string json_path = (std::filesystem::temp_directory_path() /
+                                 ("smla_cli_fuzz_" + std::to_string(getpid()) + ".json"))
+                                    .string();
   int refused = 0, ran = 0;
   for (const Command& c : commands()) {
     for (int i = 0; i < kRunsPerCommand; ++i) {
@@ -147,11 +198,11 @@ TEST(CliFuzz, EveryCommandExitsCleanlyOnGeneratedArguments) {
       SCOPED_TRACE(joined(argv));
       EXPECT_NE(r.status, 124) << "hung (killed after " << kTimeoutSeconds << " s)";
       EXPECT_LT(r.status, 128) << "crashed or aborted:\n" << r.output;
-      EXPECT_TRUE(r.status == 0 || r.status == 1 || r.status == 2)
-          << "exit " << r.status << ":\n" << r.output;
+      EXPECT_TRUE(r.status == 0 || r.status == 1 || r.status == 2) << "exit " << r.status << ":\n"
+                                                                   << r.output;
       if (r.status != 0) {
-        EXPECT_NE(r.output.find("sparse-mla"), std::string::npos)
-            << "a failure must say why:\n" << r.output;
+        EXPECT_NE(r.output.find("sparse-mla"), std::string::npos) << "a failure must say why:\n"
+                                                                  << r.output;
       }
       (r.status == 2 ? refused : ran) += 1;
     }

@@ -208,8 +208,8 @@ TEST(Cli, BenchRefusesCasesThatCannotFitWithTheBytesNeeded) {
 }
 
 TEST(Cli, BenchRefusesAD_qkTheDecodeFormatDoesNotHave) {
-  CliRun r = run_cli(
-      "bench --op decode --format v4_fp8 --d_qk 576 --s_q 1 --s_kv 64 --h_q 16 --topk 8");
+  CliRun r =
+      run_cli("bench --op decode --format v4_fp8 --d_qk 576 --s_q 1 --s_kv 64 --h_q 16 --topk 8");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--d_qk = 576 does not match --format v4_fp8, whose d_qk is 512"),
             std::string::npos)
@@ -252,8 +252,7 @@ TEST(Cli, ListRefusesProblemsPlanningRefuses) {
 TEST(Cli, KernelNamesAreCheckedBeforeAnyWork) {
   CliRun bench = run_cli("bench --op decode --s_q 1 --s_kv 64 --h_q 16 --topk 8 --kernel bogus");
   EXPECT_EQ(bench.exit_code, 2) << bench.output;
-  EXPECT_NE(bench.output.find("--kernel = 'bogus' is not a kernel of back end"),
-            std::string::npos)
+  EXPECT_NE(bench.output.find("--kernel = 'bogus' is not a kernel of back end"), std::string::npos)
       << bench.output;
   EXPECT_EQ(bench.output.find("measuring the ceilings"), std::string::npos) << bench.output;
   CliRun check = run_cli("check --cases 1 --kernel bogus");
@@ -263,8 +262,9 @@ TEST(Cli, KernelNamesAreCheckedBeforeAnyWork) {
 TEST(Cli, CheckRerunLineKeepsKernelAndThreads) {
   // A prefill kernel forced on decode cases: every case errors, and the rerun line must say how
   // the case was run.
-  CliRun r = run_cli("check --cases 1 --seed 4 --op decode --backend cpu --kernel "
-                     "cpu_sparse_prefill --threads 2");
+  CliRun r = run_cli(
+      "check --cases 1 --seed 4 --op decode --backend cpu --kernel "
+      "cpu_sparse_prefill --threads 2");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("rerun: sparse-mla check --cases 1 --seed 4 --backend cpu --op decode "
                           "--kernel cpu_sparse_prefill --threads 2"),
@@ -272,7 +272,8 @@ TEST(Cli, CheckRerunLineKeepsKernelAndThreads) {
       << r.output;
 }
 
-// ---- isolated-call timing and the host-overhead command -------------------------------------------
+// ---- isolated-call timing and the host-overhead command
+// -------------------------------------------
 
 TEST(Cli, BenchIsolatedTimingReportsHostAndDeviceTimePerCall) {
   BenchRun run = run_bench(
@@ -306,7 +307,8 @@ TEST(Cli, OverheadTimesEveryCall) {
   ASSERT_EQ(j["rows"].size(), 10u);  // 7 empty-problem rows, 3 tiny ones
   for (const nlohmann::json& row : j["rows"]) {
     EXPECT_GT(row["host_us_fastest_batch"].get<double>(), 0.0) << row;
-    EXPECT_LE(row["host_us_fastest_batch"].get<double>(), row["host_us_median_batch"].get<double>());
+    EXPECT_LE(row["host_us_fastest_batch"].get<double>(),
+              row["host_us_median_batch"].get<double>());
   }
 }
 

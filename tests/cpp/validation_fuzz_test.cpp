@@ -341,9 +341,12 @@ constexpr Mutation<SparsePrefillArgs> kPrefillMutations[] = {
       const char* names[] = {"out", "max_logits", "lse"};
       const int o = m.pick(3);
       switch (m.pick(5)) {
-        case 0: return m.alias(names[o], *outs[o], a.q.data, "q");
-        case 1: return m.alias(names[o], *outs[o], a.kv.data, "kv");
-        case 2: return m.alias(names[o], *outs[o], a.indices.data, "indices");
+        case 0:
+          return m.alias(names[o], *outs[o], a.q.data, "q");
+        case 1:
+          return m.alias(names[o], *outs[o], a.kv.data, "kv");
+        case 2:
+          return m.alias(names[o], *outs[o], a.indices.data, "indices");
         default: {
           const int other = (o + 1 + m.pick(2)) % 3;
           return m.alias(names[o], *outs[o], outs[other]->data, names[other]);
@@ -417,9 +420,12 @@ constexpr Mutation<SparseDecodeArgs> kDecodeMutations[] = {
       TensorView& out = m.pick(2) == 0 ? a.out : a.lse;
       const char* name = &out == &a.out ? "out" : "lse";
       switch (m.pick(5)) {
-        case 0: return m.alias(name, out, a.q.data, "q");
-        case 1: return m.alias(name, out, a.kv_cache.data, "kv_cache");
-        case 2: return m.alias(name, out, a.indices.data, "indices");
+        case 0:
+          return m.alias(name, out, a.q.data, "q");
+        case 1:
+          return m.alias(name, out, a.kv_cache.data, "kv_cache");
+        case 2:
+          return m.alias(name, out, a.indices.data, "indices");
         case 3:
           if (a.extra_kv_cache) return m.alias(name, out, a.extra_kv_cache->data, "extra_kv_cache");
           [[fallthrough]];
@@ -609,7 +615,8 @@ TEST(ValidationFuzz, EditedPlansAreRefused) {
     ASSERT_TRUE(plan_sparse_decode(problem, &e.plan, options).ok());
     const DecodePlan planned = e.plan;
     std::string applied;
-    for (int n = 1 + m.pick(3); n > 0; --n) applied += kPlanEdits[m.pick(std::size(kPlanEdits))](m, e) + "; ";
+    for (int n = 1 + m.pick(3); n > 0; --n)
+      applied += kPlanEdits[m.pick(std::size(kPlanEdits))](m, e) + "; ";
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + applied);
     std::vector<uint8_t> workspace(planned.workspace_bytes + 16);
     const Status s = sparse_decode(a, e.plan, workspace.data(), workspace.size(),

@@ -313,10 +313,10 @@ int bench_command(const Invocation& inv) {
   if (!s.json_path.empty()) {
     RunRecord record;
     record.command = shell_join(inv.argv);
-    record.reproduce =
-        s.op.empty() ? "sparse-mla bench --suite " + s.suite + suffix +
-                           (s.filter.empty() ? "" : " --filter " + shell_join({s.filter}))
-                     : "sparse-mla bench " + shell_join(cases.front().flags()) + suffix;
+    record.reproduce = s.op.empty()
+                           ? "sparse-mla bench --suite " + s.suite + suffix +
+                                 (s.filter.empty() ? "" : " --filter " + shell_join({s.filter}))
+                           : "sparse-mla bench " + shell_join(cases.front().flags()) + suffix;
     record.suffix = suffix;
     record.settings = &s;
     record.backend = backend;

@@ -55,10 +55,10 @@ Ceilings HostCeilings::ceilings() const {
   Ceilings c;
   c.flop_per_s = best_flop_;
   c.bytes_per_s = best_bytes_;
-  c.flop_source = gemm_samples_ == 0 ? "not measured: built without CBLAS"
-                                     : "fp32 sgemm " + std::to_string(gemm_n_) + "^3, best of " +
-                                           std::to_string(gemm_runs_) + " runs over the bench (" +
-                                           library_ + ")";
+  c.flop_source = gemm_samples_ == 0
+                      ? "not measured: built without CBLAS"
+                      : "fp32 sgemm " + std::to_string(gemm_n_) + "^3, best of " +
+                            std::to_string(gemm_runs_) + " runs over the bench (" + library_ + ")";
   c.bytes_source = "host memcpy " + std::to_string(kHostCopyBytes >> 20) + " MiB, " +
                    std::to_string(copy_threads_) + " threads, best of " +
                    std::to_string(copy_runs_) + " runs over the bench";

@@ -18,7 +18,6 @@ std::string run_as(const CaseResult& r) {
   return r.run.decode.b == r.full.decode.b ? "full" : "b=" + std::to_string(r.run.decode.b);
 }
 
-
 std::string verify_cell(const CaseResult& r) {
   if (!r.error.empty()) return "ERROR";
   if (!r.verified) return "off";
@@ -68,8 +67,8 @@ void print_table(const std::vector<CaseResult>& results, Backend backend, const 
       for (std::string cell :
            {format_rate(r.work.flop / sec, "FLOP/s"), format_rate(r.work.bytes / sec, "B/s"),
             format_time_ms(flop_floor * 1e3), format_time_ms(bytes_floor * 1e3),
-            format_percent(r.work.flop / sec / ceil.flop_per_s), format_percent(roof / sec),
-            anchor, ratio ? format_fixed(*ratio, 2) + "x" : "-", verify_cell(r)}) {
+            format_percent(r.work.flop / sec / ceil.flop_per_s), format_percent(roof / sec), anchor,
+            ratio ? format_fixed(*ratio, 2) + "x" : "-", verify_cell(r)}) {
         row.push_back(std::move(cell));
       }
     } else {

@@ -1,6 +1,8 @@
 // One case of `sparse-mla bench` (bench_run.h).
 #include "bench_run.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -8,8 +10,6 @@
 #include <iomanip>
 #include <new>
 #include <sstream>
-
-#include <unistd.h>
 
 #include "case_runner.h"
 #include "isolated_timing.h"
@@ -35,8 +35,8 @@ Status time_runs_as_set(const std::function<Status()>& fn, Device device, const 
     return time_runs(device, nullptr, fn, warmup, runs, device.is_cuda(), &r->ms);
   }
   IsolatedTimes& t = r->isolated_times;
-  SMLA_RETURN_IF_ERROR(time_isolated_calls(device, fn, warmup, runs, device.is_cuda(), &t.host_ms,
-                                           &t.device_ms));
+  SMLA_RETURN_IF_ERROR(
+      time_isolated_calls(device, fn, warmup, runs, device.is_cuda(), &t.host_ms, &t.device_ms));
   r->isolated = true;
   t.device_is_host = !device.is_cuda();
   t.median_host_ms = median(t.host_ms);
@@ -65,8 +65,8 @@ Status time_case(const std::function<Status()>& fn, Device device, const Setting
   if (runs == 0) {
     double one_ms = first.empty() ? 0 : first.back();
     runs = one_ms > 0 ? static_cast<int>(s.time_budget * 1e3 / one_ms) : kCpuMaxRuns;
-    runs = std::clamp(runs, kCpuMinRuns, s.timing_mode() == Timing::kIsolated ? kCpuMaxIsolatedRuns
-                                                                              : kCpuMaxRuns);
+    runs = std::clamp(runs, kCpuMinRuns,
+                      s.timing_mode() == Timing::kIsolated ? kCpuMaxIsolatedRuns : kCpuMaxRuns);
   }
   return time_runs_as_set(fn, device, s, 0, runs, r);
 }
@@ -178,7 +178,6 @@ void run_case_unguarded(const Settings& s, Device device, const RunOptions& opti
   r->verify_s = seconds_since(v0);
 }
 
-
 }  // namespace
 
 void run_case(const Settings& s, Device device, const RunOptions& options, CaseResult* r) {
@@ -198,14 +197,13 @@ CaseBytes case_bytes(const BenchCase& c, bool on_cuda) {
   double inputs = 0, outputs = 0;
   if (c.op == Operation::kSparsePrefill) {
     const PrefillShape& p = c.prefill;
-    inputs = d(p.s_q) * d(p.h_q) * d(p.d_qk) * 2 + d(p.s_kv) * d(p.d_qk) * 2 +
-             d(p.s_q) * d(p.topk) * 4;
+    inputs =
+        d(p.s_q) * d(p.h_q) * d(p.d_qk) * 2 + d(p.s_kv) * d(p.d_qk) * 2 + d(p.s_q) * d(p.topk) * 4;
     outputs = d(p.s_q) * d(p.h_q) * (512 * 2 + 4 + 4);
   } else {
     const DecodeShape& s = c.decode;
-    const int d_qk = kv_cache_format_info(s.format).d_qk != 0
-                         ? kv_cache_format_info(s.format).d_qk
-                         : 576;
+    const int d_qk =
+        kv_cache_format_info(s.format).d_qk != 0 ? kv_cache_format_info(s.format).d_qk : 576;
     auto cache = [&](int64_t tokens, int64_t page) {
       const int64_t blocks = (tokens + page - 1) / page;
       return d(blocks) * d(kv_cache_min_block_stride(s.format, page, d_qk));
@@ -245,10 +243,10 @@ Status check_case_fits(const BenchCase& c, Device device) {
     DeviceInfo info;
     if (get_device_info(device.index, &info).ok() && info.memory_bytes > 0 &&
         need.device > static_cast<double>(info.memory_bytes)) {
-      return invalid_argument("case " + c.name() + " needs " + text(need.device) +
-                              " of device memory for its tensors, more than cuda:" +
-                              std::to_string(device.index) + "'s " +
-                              text(static_cast<double>(info.memory_bytes)));
+      return invalid_argument(
+          "case " + c.name() + " needs " + text(need.device) +
+          " of device memory for its tensors, more than cuda:" + std::to_string(device.index) +
+          "'s " + text(static_cast<double>(info.memory_bytes)));
     }
   }
   return {};

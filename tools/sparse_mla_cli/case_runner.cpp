@@ -51,8 +51,8 @@ Status check_kernel_flag(const std::string& kernel, Backend backend) {
   };
   if (scan(list_prefill_kernels(prefill)) || scan(list_decode_kernels(decode))) return {};
   return invalid_argument("--kernel = '" + kernel + "' is not a kernel of back end " +
-                          backend_name(backend) + " (its kernels: " +
-                          (names.empty() ? "none in this build" : names) + ")");
+                          backend_name(backend) +
+                          " (its kernels: " + (names.empty() ? "none in this build" : names) + ")");
 }
 
 Status PrefillRunner::prepare(const verify::PrefillCase& c, Device device,

@@ -40,8 +40,8 @@ Status time_host_calls(const std::function<Status()>& fn, int warmup, int iterat
 
 Status cuda_status(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return {};
-  return {StatusCode::kDeviceError, std::string("isolated timing: ") + what + ": " +
-                                        cudaGetErrorString(e)};
+  return {StatusCode::kDeviceError,
+          std::string("isolated timing: ") + what + ": " + cudaGetErrorString(e)};
 }
 
 #define SMLA_CLI_CUDA(expr) SMLA_RETURN_IF_ERROR(cuda_status((expr), #expr))

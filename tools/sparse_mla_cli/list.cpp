@@ -108,8 +108,7 @@ int list_command(const Invocation& inv) {
   // "usable" kernels for a problem planning refuses would mislead.
   int exit_code = kExitOk;
   auto refuse = [&](const char* what, const Status& st) {
-    std::cerr << "sparse-mla list: the " << what << " problem is invalid: " << st.message()
-              << "\n";
+    std::cerr << "sparse-mla list: the " << what << " problem is invalid: " << st.message() << "\n";
     exit_code = kExitUsageError;
   };
 

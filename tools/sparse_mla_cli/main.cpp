@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   if (command == "list") return list_command(inv);
   if (command == "info") return info_command(inv);
   if (command == "overhead") return overhead_command(inv);
-  if (command == "version" || command == "--version" || command == "help" ||
-      command == "--help" || command == "-h") {
+  if (command == "version" || command == "--version" || command == "help" || command == "--help" ||
+      command == "-h") {
     // No flags of their own: anything after them is a mistake, not something to ignore.
     FlagSet flags(command);
     if (sparse_mla::Status st = flags.parse(inv.args); !st.ok()) {

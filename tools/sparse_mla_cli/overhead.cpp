@@ -92,7 +92,8 @@ Status time_calls(const std::function<Status()>& fn, int64_t calls, int64_t batc
   for (int64_t b = 0; b < batches; ++b) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < calls; ++i) SMLA_RETURN_IF_ERROR(fn());
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     per_call.push_back(s * 1e6 / static_cast<double>(calls));
   }
   std::sort(per_call.begin(), per_call.end());
@@ -126,8 +127,8 @@ Status decode_rows(const DecodeCaseSpec& c, bool tiny, Device device, const RunO
   SMLA_RETURN_IF_ERROR(plan_sparse_decode(problem, &plan, options));
   Buffer workspace;
   SMLA_RETURN_IF_ERROR(Buffer::allocate(device, plan.workspace_bytes, &workspace));
-  SMLA_RETURN_IF_ERROR(sparse_decode(a, plan, workspace.data(), workspace.bytes(),
-                                     DecodeSchedule::kBuild, options));
+  SMLA_RETURN_IF_ERROR(
+      sparse_decode(a, plan, workspace.data(), workspace.bytes(), DecodeSchedule::kBuild, options));
   const std::string size = tiny ? "tiny" : "empty";
   Row r{c.name, "sparse_decode (plan reused, kReuse)", size};
   SMLA_RETURN_IF_ERROR(time_calls(
@@ -139,8 +140,8 @@ Status decode_rows(const DecodeCaseSpec& c, bool tiny, Device device, const RunO
   rows->push_back(r);
   if (tiny) return {};
   Row d{c.name, "describe_sparse_decode", size};
-  SMLA_RETURN_IF_ERROR(time_calls([&] { return describe_sparse_decode(a, &problem); }, calls,
-                                  batches, &d.us));
+  SMLA_RETURN_IF_ERROR(
+      time_calls([&] { return describe_sparse_decode(a, &problem); }, calls, batches, &d.us));
   rows->push_back(d);
   Row p{c.name, "plan_sparse_decode (once per step)", size};
   DecodePlan scratch;
@@ -225,8 +226,8 @@ int overhead_command(const Invocation& inv) {
             << " calls\n";
   Table t({"case", "call", "size", "host us/call (fastest batch)", "(median batch)"});
   for (const Row& r : rows) {
-    t.add_row({r.name, r.call, r.size, format_fixed(r.us.best_us, 3),
-               format_fixed(r.us.median_us, 3)});
+    t.add_row(
+        {r.name, r.call, r.size, format_fixed(r.us.best_us, 3), format_fixed(r.us.median_us, 3)});
   }
   t.print(std::cout);
   if (!json_path.empty()) {
@@ -242,7 +243,9 @@ int overhead_command(const Invocation& inv) {
     j["batches"] = batches;
     Json list = Json::array();
     for (const Row& r : rows) {
-      list.push_back({{"case", r.name}, {"call", r.call}, {"size", r.size},
+      list.push_back({{"case", r.name},
+                      {"call", r.call},
+                      {"size", r.size},
                       {"host_us_fastest_batch", r.us.best_us},
                       {"host_us_median_batch", r.us.median_us}});
     }
