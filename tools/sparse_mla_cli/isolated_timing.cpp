@@ -118,6 +118,16 @@ Status time_cuda_calls(int device, const std::function<Status()>& fn, int warmup
   // once the call has returned.
   for (int i = 0; i < iterations; ++i) {
     Gate gate;
+    // On every way out of this iteration the gate opens and the stream drains, so the host
+    // function never reads a gate that is gone.
+    struct OpenOnExit {
+      Gate& gate;
+      cudaStream_t stream;
+      ~OpenOnExit() {
+        gate.open.store(true, std::memory_order_release);
+        cudaStreamSynchronize(stream);
+      }
+    } open_on_exit{gate, stream};
     SMLA_CLI_CUDA(cudaLaunchHostFunc(stream, wait_at_gate, &gate));
     if (res.flush() != nullptr) {
       // A different byte each run: the writes cannot be elided as a repeat of the last fill.
