@@ -132,8 +132,6 @@ class Fingerprint {
   uint64_t hash_ = 0xcbf29ce484222325ull;
 };
 
-}  // namespace
-
 // Every field of the plan but `reason` (free text for logs). A field added to DecodePlan is added
 // here, so that an edit to it is caught.
 uint64_t plan_fingerprint(const DecodePlan& plan) {
@@ -155,8 +153,6 @@ uint64_t plan_fingerprint(const DecodePlan& plan) {
   f.add(static_cast<uint64_t>(plan.workspace_bytes));
   return f.value();
 }
-
-namespace {
 
 Status check_problem(const SparsePrefillProblem& p) {
   return validate_prefill_problem("sparse_prefill", p);
