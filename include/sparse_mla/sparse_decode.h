@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -84,6 +85,10 @@ struct DecodePlan {
   bool warp_specialized = false;    // producer warps gather and dequantise
   bool paired_head_groups = false;  // 2 head groups as 2-CTA clusters sharing each block
   int64_t min_units_per_part = 0;   // the schedule's floor per part; 0 = the plain cost line
+
+  // Set by plan_sparse_decode over every field above but `reason`; sparse_decode refuses a plan
+  // whose fields no longer match it (edited after planning, or not made by plan_sparse_decode).
+  uint64_t fingerprint = 0;
 };
 
 Status plan_sparse_decode(const SparseDecodeProblem& problem, DecodePlan* plan,

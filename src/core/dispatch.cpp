@@ -1,8 +1,10 @@
 // The public entry points: validate, pick the back end and the kernel variant, run.
 // Kernel choice walks the back end's table (kernel_variant.h) and takes the first variant that
 // supports the problem, or the variant named in RunOptions::kernel.
+#include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "core/kernel_variant.h"
 #include "core/validate.h"
@@ -39,10 +41,14 @@ std::span<const Kernel> table_for(Backend backend);
 template <>
 std::span<const PrefillKernel> table_for<PrefillKernel>(Backend backend) {
   switch (backend) {
-    case Backend::kReference: return reference_prefill_kernels();
-    case Backend::kCpu: return cpu_prefill_kernels();
-    case Backend::kCuda: return cuda_prefill_kernels();
-    case Backend::kAuto: break;
+    case Backend::kReference:
+      return reference_prefill_kernels();
+    case Backend::kCpu:
+      return cpu_prefill_kernels();
+    case Backend::kCuda:
+      return cuda_prefill_kernels();
+    case Backend::kAuto:
+      break;
   }
   return {};
 }
@@ -50,10 +56,14 @@ std::span<const PrefillKernel> table_for<PrefillKernel>(Backend backend) {
 template <>
 std::span<const DecodeKernel> table_for<DecodeKernel>(Backend backend) {
   switch (backend) {
-    case Backend::kReference: return reference_decode_kernels();
-    case Backend::kCpu: return cpu_decode_kernels();
-    case Backend::kCuda: return cuda_decode_kernels();
-    case Backend::kAuto: break;
+    case Backend::kReference:
+      return reference_decode_kernels();
+    case Backend::kCpu:
+      return cpu_decode_kernels();
+    case Backend::kCuda:
+      return cuda_decode_kernels();
+    case Backend::kAuto:
+      break;
   }
   return {};
 }
@@ -85,14 +95,89 @@ Status select_kernel(const char* op, Backend backend, const Problem& problem,
                      " supports this problem (" + reasons + ")");
 }
 
+// The planned kernel, found by name: its `supports` accepted the problem when the plan was made,
+// and the plan's fingerprint says neither the problem nor the kernel changed since.
+const DecodeKernel* planned_kernel(const DecodePlan& plan) {
+  for (const DecodeKernel& k : table_for<DecodeKernel>(plan.backend)) {
+    if (plan.kernel == k.name) return &k;
+  }
+  return nullptr;
+}
+
+// A 64-bit hash of the plan's fields (FNV-1a over 64-bit words, then a final mix), salted with an
+// address of this process: a plan is valid in the process (and library build) that made it.
+class Fingerprint {
+ public:
+  Fingerprint() { add(reinterpret_cast<uintptr_t>(&kSalt)); }
+  void add(uint64_t v) { hash_ = (hash_ ^ v) * 0x100000001b3ull; }
+  void add(const std::string& text) {
+    add(text.size());
+    uint64_t word = 0;
+    for (size_t i = 0; i < text.size(); ++i) {
+      word = word << 8 | static_cast<unsigned char>(text[i]);
+      if (i % 8 == 7) add(std::exchange(word, 0));
+    }
+    add(word);
+  }
+  uint64_t value() const {
+    uint64_t h = hash_;  // murmur3's finaliser: every input bit reaches every output bit
+    h = (h ^ (h >> 33)) * 0xff51afd7ed558ccdull;
+    h = (h ^ (h >> 33)) * 0xc4ceb9fe1a85ec53ull;
+    h ^= h >> 33;
+    return h == 0 ? 1 : h;  // 0 = "never planned"
+  }
+
+ private:
+  static constexpr char kSalt = 0;
+  uint64_t hash_ = 0xcbf29ce484222325ull;
+};
+
+// Every field of the plan but `reason` (free text for logs). A field added to DecodePlan is added
+// here, so that an edit to it is caught.
+uint64_t plan_fingerprint(const DecodePlan& plan) {
+  const SparseDecodeProblem& p = plan.problem;
+  Fingerprint f;
+  for (int64_t v : {p.b, p.s_q, p.h_q, p.d_qk, p.d_v, p.topk, p.page_block_size, p.extra_topk,
+                    p.extra_page_block_size}) {
+    f.add(static_cast<uint64_t>(v));
+  }
+  f.add(static_cast<uint64_t>(p.format));
+  f.add((p.has_topk_length ? 1u : 0u) | (p.topk_length_per_token ? 2u : 0u) |
+        (p.has_attn_sink ? 4u : 0u) | (p.has_extra ? 8u : 0u) |
+        (p.has_extra_topk_length ? 16u : 0u) | (p.extra_topk_length_per_token ? 32u : 0u));
+  f.add(static_cast<uint64_t>(p.device.type));
+  f.add(static_cast<uint64_t>(p.device.index));
+  f.add(static_cast<uint64_t>(plan.backend));
+  f.add(plan.kernel);
+  f.add(static_cast<uint64_t>(plan.num_sm_parts));
+  f.add(static_cast<uint64_t>(plan.workspace_bytes));
+  f.add(plan.kernel_config);
+  f.add(plan.kernel_family);
+  for (int64_t v : {static_cast<int64_t>(plan.rows_per_cta),
+                    static_cast<int64_t>(plan.keys_per_block),
+                    static_cast<int64_t>(plan.head_groups), plan.min_units_per_part}) {
+    f.add(static_cast<uint64_t>(v));
+  }
+  f.add((plan.warp_specialized ? 1u : 0u) | (plan.paired_head_groups ? 2u : 0u));
+  return f.value();
+}
+
+Status check_problem(const SparsePrefillProblem& p) {
+  return validate_prefill_problem("sparse_prefill", p);
+}
+Status check_problem(const SparseDecodeProblem& p) { return validate_decode_problem(p); }
+
 template <typename Kernel, typename Problem>
 std::vector<KernelAvailability> list_kernels(Operation op, const Problem& problem) {
   std::vector<KernelAvailability> result;
+  const Status valid = check_problem(problem);
   for (Backend backend : {Backend::kCuda, Backend::kCpu, Backend::kReference}) {
     for (const Kernel& k : table_for<Kernel>(backend)) {
       KernelAvailability a{k.name, backend, op, false, ""};
       std::string why_not;
-      if (backend == Backend::kCuda && !cuda_available()) {
+      if (!valid.ok()) {
+        a.why_not = "invalid problem: " + valid.message();
+      } else if (backend == Backend::kCuda && !cuda_available()) {
         a.why_not = "no CUDA device is visible";
       } else if ((backend == Backend::kCuda) != problem.device.is_cuda()) {
         a.why_not = "tensors are on " + to_string(problem.device);
@@ -135,7 +220,8 @@ std::string first_difference(const SparseDecodeProblem& a, const SparseDecodePro
     return "shape of extra_topk_length";
   }
   if (a.has_attn_sink != b.has_attn_sink) return "presence of attn_sink";
-  if (!(a.device == b.device)) return "device " + to_string(a.device) + " vs " + to_string(b.device);
+  if (!(a.device == b.device))
+    return "device " + to_string(a.device) + " vs " + to_string(b.device);
   return "";
 }
 
@@ -143,14 +229,16 @@ std::string first_difference(const SparseDecodeProblem& a, const SparseDecodePro
 }  // namespace detail
 
 Status sparse_prefill(const SparsePrefillArgs& args, const RunOptions& options) {
+  SMLA_RETURN_IF_ERROR(detail::validate_run_options("sparse_prefill", options));
   detail::PrefillParams params;
   SMLA_RETURN_IF_ERROR(detail::validate_prefill(args, &params));
+  SMLA_RETURN_IF_ERROR(detail::validate_no_aliasing(args));
   Backend backend;
   SMLA_RETURN_IF_ERROR(
       detail::resolve_backend("sparse_prefill", options.backend, params.problem.device, &backend));
   const detail::PrefillKernel* kernel = nullptr;
-  SMLA_RETURN_IF_ERROR(detail::select_kernel("sparse_prefill", backend, params.problem,
-                                             options.kernel, &kernel));
+  SMLA_RETURN_IF_ERROR(
+      detail::select_kernel("sparse_prefill", backend, params.problem, options.kernel, &kernel));
   if (params.problem.s_q == 0) return {};
   return kernel->run(params, options);
 }
@@ -166,6 +254,7 @@ Status describe_sparse_decode(const SparseDecodeArgs& args, SparseDecodeProblem*
 Status plan_sparse_decode(const SparseDecodeProblem& problem, DecodePlan* plan,
                           const RunOptions& options) {
   if (plan == nullptr) return invalid_argument("plan_sparse_decode: plan is null");
+  SMLA_RETURN_IF_ERROR(detail::validate_run_options("plan_sparse_decode", options));
   SMLA_RETURN_IF_ERROR(detail::validate_decode_problem(problem));
   Backend backend;
   SMLA_RETURN_IF_ERROR(
@@ -178,39 +267,68 @@ Status plan_sparse_decode(const SparseDecodeProblem& problem, DecodePlan* plan,
   result.backend = backend;
   result.kernel = kernel->name;
   SMLA_RETURN_IF_ERROR(kernel->plan(problem, options, &result));
+  result.fingerprint = detail::plan_fingerprint(result);
   *plan = std::move(result);
   return {};
 }
 
 Status sparse_decode(const SparseDecodeArgs& args, const DecodePlan& plan, void* workspace,
                      size_t workspace_bytes, DecodeSchedule schedule, const RunOptions& options) {
+  SMLA_RETURN_IF_ERROR(detail::validate_run_options("sparse_decode", options));
   detail::DecodeParams params;
   SMLA_RETURN_IF_ERROR(detail::validate_decode(args, &params));
+  SMLA_RETURN_IF_ERROR(detail::validate_no_aliasing(args));
   if (!(params.problem == plan.problem)) {
     return invalid_argument("sparse_decode: the arguments do not match the plan: " +
                             detail::first_difference(plan.problem, params.problem));
   }
+  // A plan is plain data: one edited after planning (or never planned) would steer a kernel to
+  // a split count or workspace it was not made for.
+  if (plan.fingerprint != detail::plan_fingerprint(plan)) {
+    return invalid_argument(
+        "sparse_decode: the plan was not made by plan_sparse_decode in this process, or its "
+        "fields were changed after planning (backend " +
+        std::string(backend_name(plan.backend)) + ", kernel \"" + plan.kernel +
+        "\", num_sm_parts " + std::to_string(plan.num_sm_parts) + ", workspace_bytes " +
+        std::to_string(plan.workspace_bytes) + "): plan again");
+  }
+  if (schedule != DecodeSchedule::kBuild && schedule != DecodeSchedule::kReuse) {
+    return invalid_argument(
+        "sparse_decode: schedule = " + std::to_string(static_cast<int>(schedule)) +
+        " is not kBuild or kReuse");
+  }
   if (workspace_bytes < plan.workspace_bytes) {
-    return invalid_argument("sparse_decode: workspace_bytes = " + std::to_string(workspace_bytes) +
-                            " is smaller than plan.workspace_bytes = " +
-                            std::to_string(plan.workspace_bytes));
+    return invalid_argument(
+        "sparse_decode: workspace_bytes = " + std::to_string(workspace_bytes) +
+        " is smaller than plan.workspace_bytes = " + std::to_string(plan.workspace_bytes));
   }
   if (plan.workspace_bytes > 0 && workspace == nullptr) {
     return invalid_argument("sparse_decode: workspace is null but the plan needs " +
                             std::to_string(plan.workspace_bytes) + " bytes");
   }
-  // A plan is plain data: check its back end against the tensors again, as planning did.
+  // The tensors may have moved device since planning only if the problem (which holds the
+  // device) changed, which the check above refuses; the back end is checked again all the same.
   Backend backend;
   SMLA_RETURN_IF_ERROR(
       detail::resolve_backend("sparse_decode", plan.backend, params.problem.device, &backend));
-  RunOptions run_options = options;
-  run_options.backend = plan.backend;
-  run_options.kernel = plan.kernel;
-  const detail::DecodeKernel* kernel = nullptr;
-  SMLA_RETURN_IF_ERROR(detail::select_kernel("sparse_decode", plan.backend, params.problem,
-                                             plan.kernel, &kernel));
+  const detail::DecodeKernel* kernel = detail::planned_kernel(plan);
+  if (kernel == nullptr) {
+    return {StatusCode::kInternal, "sparse_decode: the planned kernel \"" + plan.kernel +
+                                       "\" is not in the tables of back end " +
+                                       backend_name(plan.backend)};
+  }
   if (params.problem.b == 0) return {};
-  return kernel->run(params, plan, workspace, workspace_bytes, schedule, run_options);
+  // The back end runs what the plan names (plan.backend, plan.kernel); options carries the
+  // stream and the thread count.
+  return kernel->run(params, plan, workspace, workspace_bytes, schedule, options);
+}
+
+Status validate_problem(const SparsePrefillProblem& problem) {
+  return detail::check_problem(problem);
+}
+
+Status validate_problem(const SparseDecodeProblem& problem) {
+  return detail::check_problem(problem);
 }
 
 std::vector<KernelAvailability> list_prefill_kernels(const SparsePrefillProblem& problem) {

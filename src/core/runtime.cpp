@@ -1,16 +1,22 @@
 // Host side of the runtime API (runtime.h): host buffers and timing directly, CUDA work through
 // the hooks of cuda_hooks.h.
+#include "sparse_mla/runtime.h"
+
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <new>
 
 #include "core/cuda_hooks.h"
-#include "sparse_mla/runtime.h"
 
 namespace sparse_mla {
 
-int cuda_device_count() { return detail::cuda_device_count_impl(); }
+// Counted once per process: the CUDA runtime fixes the visible devices when it starts
+// (CUDA_VISIBLE_DEVICES is read then), and every CUDA call's dispatch asks.
+int cuda_device_count() {
+  static const int count = detail::cuda_device_count_impl();
+  return count;
+}
 bool cuda_available() { return cuda_device_count() > 0; }
 
 Status get_device_info(int index, DeviceInfo* info) {
@@ -41,7 +47,7 @@ void Buffer::release() {
   if (device_.is_cuda()) {
     detail::cuda_free_impl(device_.index, data_);
   } else {
-    ::operator delete(data_, std::align_val_t{256});
+    ::operator delete (data_, std::align_val_t{256});
   }
   data_ = nullptr;
   bytes_ = 0;
@@ -55,7 +61,7 @@ Status Buffer::allocate(Device device, size_t bytes, Buffer* out) {
   if (device.is_cuda()) {
     SMLA_RETURN_IF_ERROR(detail::cuda_malloc_impl(device.index, request, &out->data_));
   } else {
-    out->data_ = ::operator new(request, std::align_val_t{256}, std::nothrow);
+    out->data_ = ::operator new (request, std::align_val_t{256}, std::nothrow);
     if (out->data_ == nullptr) {
       return {StatusCode::kDeviceError,
               "Buffer::allocate: out of host memory for " + std::to_string(bytes) + " bytes"};
@@ -65,8 +71,7 @@ Status Buffer::allocate(Device device, size_t bytes, Buffer* out) {
   return {};
 }
 
-Status copy_bytes(void* dst, Device dst_device, const void* src, Device src_device,
-                  size_t bytes) {
+Status copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) {
   if (bytes == 0) return {};
   if (dst == nullptr || src == nullptr) return invalid_argument("copy_bytes: null pointer");
   if (!dst_device.is_cuda() && !src_device.is_cuda()) {
@@ -90,8 +95,8 @@ Status synchronize(Device device) {
   return device.is_cuda() ? detail::cuda_synchronize_impl(device.index) : Status{};
 }
 
-Status time_runs(Device device, StreamHandle stream, const std::function<Status()>& fn,
-                 int warmup, int iterations, bool flush_l2, std::vector<double>* milliseconds) {
+Status time_runs(Device device, StreamHandle stream, const std::function<Status()>& fn, int warmup,
+                 int iterations, bool flush_l2, std::vector<double>* milliseconds) {
   if (milliseconds == nullptr) return invalid_argument("time_runs: milliseconds is null");
   if (iterations < 1) {
     return invalid_argument("time_runs: iterations = " + std::to_string(iterations) +

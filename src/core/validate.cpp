@@ -2,6 +2,8 @@
 // the first problem found, phrased as "<op>: <argument> <what is wrong> (<value>)".
 #include "core/validate.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +30,49 @@ bool offsets_fit_int64(const TensorView& t, size_t element_bytes) {
   int64_t bytes = 0;
   return !__builtin_add_overflow(last, 1, &last) &&
          !__builtin_mul_overflow(last, static_cast<int64_t>(element_bytes), &bytes);
+}
+
+bool views_distinct_elements(const TensorView& t) {
+  if (t.rank < 0 || t.rank > kMaxRank) return false;
+  if (t.numel() == 0) return true;
+  std::array<int, kMaxRank> dims{};
+  int n = 0;
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.sizes[d] > 1) dims[n++] = d;
+  }
+  for (int i = 1; i < n; ++i) {  // insertion sort by stride: at most 4 dimensions
+    for (int j = i; j > 0 && t.strides[dims[j]] < t.strides[dims[j - 1]]; --j) {
+      std::swap(dims[j], dims[j - 1]);
+    }
+  }
+  // span: one past the largest element offset the smaller-stride dimensions reach.
+  int64_t span = 1;
+  for (int i = 0; i < n; ++i) {
+    const int d = dims[i];
+    if (t.strides[d] < span) return false;
+    int64_t reach = 0;
+    if (__builtin_mul_overflow(t.sizes[d] - 1, t.strides[d], &reach) ||
+        __builtin_add_overflow(span, reach, &span)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+ByteRange byte_range(const TensorView& t) {
+  if (t.numel() == 0) return {};
+  int64_t last = 0;
+  for (int d = 0; d < t.rank; ++d) last += (t.sizes[d] - 1) * t.strides[d];
+  const auto begin = reinterpret_cast<uintptr_t>(t.data);
+  return {begin, begin + static_cast<uintptr_t>((last + 1) * dtype_size(t.dtype))};
+}
+
+ByteRange byte_range(const KvCacheView& c) {
+  if (c.num_blocks <= 0) return {};
+  const auto begin = reinterpret_cast<uintptr_t>(c.data);
+  const int64_t bytes = (c.num_blocks - 1) * c.block_stride_bytes +
+                        kv_cache_min_block_stride(c.format, c.page_block_size, c.d_qk);
+  return {begin, begin + static_cast<uintptr_t>(bytes)};
 }
 
 namespace {
@@ -59,12 +104,12 @@ class Checker {
     }
     for (int d = 0; d < rank; ++d) {
       if (t.sizes[d] < 0) {
-        return fail(std::string(name) + ".sizes[" + std::to_string(d) + "] = " +
-                    std::to_string(t.sizes[d]) + " is negative");
+        return fail(std::string(name) + ".sizes[" + std::to_string(d) +
+                    "] = " + std::to_string(t.sizes[d]) + " is negative");
       }
       if (t.strides[d] < 0) {
-        return fail(std::string(name) + ".strides[" + std::to_string(d) + "] = " +
-                    std::to_string(t.strides[d]) + " is negative");
+        return fail(std::string(name) + ".strides[" + std::to_string(d) +
+                    "] = " + std::to_string(t.strides[d]) + " is negative");
       }
     }
     if (!offsets_fit_int64(t, dtype_size(dtype))) {
@@ -72,8 +117,7 @@ class Checker {
                   ") spans more than 2^63 bytes: its sizes and strides overflow 64-bit offsets");
     }
     if (t.numel() > 0 && t.data == nullptr) {
-      return fail(std::string(name) + ".data is null for a non-empty tensor (" + describe(t) +
-                  ")");
+      return fail(std::string(name) + ".data is null for a non-empty tensor (" + describe(t) + ")");
     }
     if (last_dim_contiguous && t.sizes[rank - 1] > 1 && t.strides[rank - 1] != 1) {
       return fail(std::string(name) + " must be contiguous in its last dimension, got stride " +
@@ -97,16 +141,16 @@ class Checker {
     }
     for (int d = 0; d + 1 < t.rank; ++d) {
       if (t.sizes[d] > 1 && (t.strides[d] * static_cast<int64_t>(elem)) % 16 != 0) {
-        return fail(std::string(name) + ".strides[" + std::to_string(d) + "] = " +
-                    std::to_string(t.strides[d]) +
+        return fail(std::string(name) + ".strides[" + std::to_string(d) +
+                    "] = " + std::to_string(t.strides[d]) +
                     " elements is not a multiple of 16 bytes, required by the CUDA back end");
       }
     }
     return {};
   }
 
-  // Outputs must not alias themselves: a zero stride in a dimension of size > 1 would make
-  // threads and CTAs write the same element.
+  // Outputs must not overlap themselves: two index tuples that address one element would make
+  // threads and CTAs write it twice (views_distinct_elements says which layouts are accepted).
   Status no_self_overlap(const char* name, const TensorView& t) const {
     for (int d = 0; d < t.rank; ++d) {
       if (t.sizes[d] > 1 && t.strides[d] == 0) {
@@ -115,6 +159,11 @@ class Checker {
                     ")");
       }
     }
+    if (!views_distinct_elements(t)) {
+      return fail(std::string(name) + " (" + describe(t) +
+                  ") overlaps itself: with its dimensions ordered by stride, each stride must be "
+                  "at least the span of the dimensions with smaller strides");
+    }
     return {};
   }
 
@@ -122,8 +171,7 @@ class Checker {
                  const char* meaning) const {
     if (t.sizes[dim] != expected) {
       return fail(std::string(name) + ".sizes[" + std::to_string(dim) + "] (" + meaning +
-                  ") = " + std::to_string(t.sizes[dim]) + ", expected " +
-                  std::to_string(expected));
+                  ") = " + std::to_string(t.sizes[dim]) + ", expected " + std::to_string(expected));
     }
     return {};
   }
@@ -149,8 +197,8 @@ class Checker {
 Status check_heads_and_dims(const Checker& c, const char* name, const TensorView& q, int h_dim) {
   int64_t h_q = q.sizes[h_dim];
   if (h_q < 1 || h_q > kMaxHeads) {
-    return c.fail(std::string(name) + ".sizes[" + std::to_string(h_dim) + "] (h_q) = " +
-                  std::to_string(h_q) + " is out of range [1, 128]");
+    return c.fail(std::string(name) + ".sizes[" + std::to_string(h_dim) +
+                  "] (h_q) = " + std::to_string(h_q) + " is out of range [1, 128]");
   }
   int64_t d_qk = q.sizes[h_dim + 1];
   if (d_qk != 512 && d_qk != 576) {
@@ -208,8 +256,7 @@ Status validate_kv_cache_view(const char* op, const char* what, const KvCacheVie
   if (cache.data == nullptr) return c.fail(w + ".data is null");
   // Token rows are read with 16-byte loads on CUDA, and scale words with 4-byte loads.
   if (reinterpret_cast<uintptr_t>(cache.data) % 16 != 0) {
-    return c.fail(w + ".data = " + Checker::pointer_text(cache.data) +
-                  " must be 16-byte aligned");
+    return c.fail(w + ".data = " + Checker::pointer_text(cache.data) + " must be 16-byte aligned");
   }
   if (cache.block_stride_bytes % 16 != 0) {
     return c.fail(w + ".block_stride_bytes = " + std::to_string(cache.block_stride_bytes) +
@@ -253,12 +300,30 @@ Status validate_decode_problem(const SparseDecodeProblem& pr) {
   }
   if (pr.has_extra) {
     SMLA_RETURN_IF_ERROR(in_range("extra_topk", pr.extra_topk, 1, INT32_MAX));
-    SMLA_RETURN_IF_ERROR(
-        in_range("extra_page_block_size", pr.extra_page_block_size, 1, INT32_MAX));
+    SMLA_RETURN_IF_ERROR(in_range("extra_page_block_size", pr.extra_page_block_size, 1, INT32_MAX));
   } else if (pr.extra_topk != 0 || pr.has_extra_topk_length) {
     return c.fail("problem.extra_topk / has_extra_topk_length are set but has_extra is false");
   }
   return {};
+}
+
+Status validate_prefill_problem(const char* op, const SparsePrefillProblem& pr) {
+  Checker c(op);
+  auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) -> Status {
+    if (v < lo || v > hi) {
+      return c.fail(std::string("problem.") + name + " = " + std::to_string(v) +
+                    " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    }
+    return {};
+  };
+  SMLA_RETURN_IF_ERROR(in_range("s_q", pr.s_q, 0, INT64_MAX));
+  SMLA_RETURN_IF_ERROR(in_range("s_kv", pr.s_kv, 0, INT32_MAX));
+  SMLA_RETURN_IF_ERROR(in_range("h_q", pr.h_q, 1, kMaxHeads));
+  if (pr.d_qk != 512 && pr.d_qk != 576) {
+    return c.fail("problem.d_qk = " + std::to_string(pr.d_qk) + " must be 512 or 576");
+  }
+  SMLA_RETURN_IF_ERROR(in_range("d_v", pr.d_v, kValueDim, kValueDim));
+  return in_range("topk", pr.topk, 1, INT64_MAX);
 }
 
 Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
@@ -283,7 +348,8 @@ Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
   SMLA_RETURN_IF_ERROR(c.size_is("indices", a.indices, 1, 1, "h_kv"));
   SMLA_RETURN_IF_ERROR(c.same_device("indices", a.indices, device));
   const int64_t topk = a.indices.sizes[2];
-  if (topk < 1) return c.fail("indices.sizes[2] (topk) = " + std::to_string(topk) + " must be >= 1");
+  if (topk < 1)
+    return c.fail("indices.sizes[2] (topk) = " + std::to_string(topk) + " must be >= 1");
 
   SMLA_RETURN_IF_ERROR(check_scale(c, "sm_scale", a.sm_scale));
   SMLA_RETURN_IF_ERROR(check_d_v(c, a.d_v));
@@ -314,8 +380,9 @@ Status validate_prefill(const SparsePrefillArgs& a, PrefillParams* p) {
   }
 
   *p = PrefillParams{};
-  p->problem = SparsePrefillProblem{s_q,  s_kv, h_q, d_qk, a.d_v, topk, a.attn_sink.has_value(),
-                                    a.topk_length.has_value(), device};
+  p->problem = SparsePrefillProblem{
+      s_q,   s_kv, h_q, d_qk, a.d_v, topk, a.attn_sink.has_value(), a.topk_length.has_value(),
+      device};
   p->sm_scale = a.sm_scale;
   p->q = a.q.data_as<const bf16_bits>();
   p->q_stride_s = a.q.strides[0];
@@ -356,8 +423,7 @@ Status validate_index_list(const Checker& c, const std::string& prefix, const Te
   SMLA_RETURN_IF_ERROR(c.size_is(ind.c_str(), indices, 1, s_q, "s_q"));
   SMLA_RETURN_IF_ERROR(c.same_device(ind.c_str(), indices, device));
   if (indices.sizes[2] < 1) {
-    return c.fail(ind + ".sizes[2] (topk) = " + std::to_string(indices.sizes[2]) +
-                  " must be >= 1");
+    return c.fail(ind + ".sizes[2] (topk) = " + std::to_string(indices.sizes[2]) + " must be >= 1");
   }
   *list = IndexListParams{};
   list->indices = indices.data_as<const int32_t>();
@@ -382,8 +448,12 @@ Status validate_index_list(const Checker& c, const std::string& prefix, const Te
 }
 
 KvCacheParams cache_params(const KvCacheView& v) {
-  return KvCacheParams{static_cast<const uint8_t*>(v.data), v.format, v.num_blocks,
-                       v.page_block_size, v.block_stride_bytes, v.d_qk};
+  return KvCacheParams{static_cast<const uint8_t*>(v.data),
+                       v.format,
+                       v.num_blocks,
+                       v.page_block_size,
+                       v.block_stride_bytes,
+                       v.d_qk};
 }
 
 }  // namespace
@@ -423,8 +493,7 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
     const KvCacheView& e = *a.extra_kv_cache;
     if (e.format != a.kv_cache.format) {
       return c.fail(std::string("extra_kv_cache.format = ") + kv_cache_format_name(e.format) +
-                    " differs from kv_cache.format = " +
-                    kv_cache_format_name(a.kv_cache.format));
+                    " differs from kv_cache.format = " + kv_cache_format_name(a.kv_cache.format));
     }
     SMLA_RETURN_IF_ERROR(validate_kv_cache_view("sparse_decode", "extra_kv_cache", e));
     if (e.d_qk != d_qk) {
@@ -435,8 +504,8 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
       return c.fail("extra_kv_cache is on " + to_string(e.device) + " but q is on " +
                     to_string(device));
     }
-    SMLA_RETURN_IF_ERROR(validate_index_list(c, "extra_", *a.extra_indices, a.extra_topk_length,
-                                             b, s_q, device, &extra_list, &extra_per_token));
+    SMLA_RETURN_IF_ERROR(validate_index_list(c, "extra_", *a.extra_indices, a.extra_topk_length, b,
+                                             s_q, device, &extra_list, &extra_per_token));
   }
 
   float scale = a.softmax_scale.value_or(static_cast<float>(1.0 / std::sqrt(double(d_qk))));
@@ -506,6 +575,91 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
   p->lse_stride_b = a.lse.strides[0];
   p->lse_stride_s = a.lse.strides[1];
   p->lse_stride_h = a.lse.strides[2];
+  return {};
+}
+
+namespace {
+
+struct NamedRange {
+  const char* name;
+  ByteRange range;
+};
+
+std::string range_text(const ByteRange& r) {
+  std::ostringstream os;
+  os << "[" << reinterpret_cast<const void*>(r.begin) << ", "
+     << reinterpret_cast<const void*>(r.end) << ")";
+  return os.str();
+}
+
+// Every output against every input and against the outputs before it.
+Status check_disjoint(const char* op, std::initializer_list<NamedRange> outputs,
+                      std::initializer_list<NamedRange> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    auto refuse = [&](const NamedRange& other, const char* what) {
+      return invalid_argument(std::string(op) + ": " + out->name + " (bytes " +
+                              range_text(out->range) + ") overlaps " + what + " " + other.name +
+                              " (bytes " + range_text(other.range) +
+                              "): outputs must not share memory with inputs or other outputs");
+    };
+    for (const NamedRange& in : inputs) {
+      if (out->range.overlaps(in.range)) return refuse(in, "input");
+    }
+    for (auto prev = outputs.begin(); prev != out; ++prev) {
+      if (out->range.overlaps(prev->range)) return refuse(*prev, "output");
+    }
+  }
+  return {};
+}
+
+ByteRange optional_range(const std::optional<TensorView>& t) {
+  return t ? byte_range(*t) : ByteRange{};
+}
+
+}  // namespace
+
+Status validate_no_aliasing(const SparsePrefillArgs& a) {
+  return check_disjoint("sparse_prefill",
+                        {{"out", byte_range(a.out)},
+                         {"max_logits", byte_range(a.max_logits)},
+                         {"lse", byte_range(a.lse)}},
+                        {{"q", byte_range(a.q)},
+                         {"kv", byte_range(a.kv)},
+                         {"indices", byte_range(a.indices)},
+                         {"attn_sink", optional_range(a.attn_sink)},
+                         {"topk_length", optional_range(a.topk_length)}});
+}
+
+Status validate_no_aliasing(const SparseDecodeArgs& a) {
+  return check_disjoint(
+      "sparse_decode", {{"out", byte_range(a.out)}, {"lse", byte_range(a.lse)}},
+      {{"q", byte_range(a.q)},
+       {"kv_cache", byte_range(a.kv_cache)},
+       {"indices", byte_range(a.indices)},
+       {"topk_length", optional_range(a.topk_length)},
+       {"attn_sink", optional_range(a.attn_sink)},
+       {"extra_kv_cache", a.extra_kv_cache ? byte_range(*a.extra_kv_cache) : ByteRange{}},
+       {"extra_indices", optional_range(a.extra_indices)},
+       {"extra_topk_length", optional_range(a.extra_topk_length)}});
+}
+
+Status validate_run_options(const char* op, const RunOptions& options) {
+  switch (options.backend) {
+    case Backend::kAuto:
+    case Backend::kCpu:
+    case Backend::kCuda:
+    case Backend::kReference:
+      break;
+    default:
+      return invalid_argument(std::string(op) + ": options.backend = " +
+                              std::to_string(static_cast<int>(options.backend)) +
+                              " is not a back end (auto, cpu, cuda or reference)");
+  }
+  if (options.num_threads < 0) {
+    return invalid_argument(std::string(op) +
+                            ": options.num_threads = " + std::to_string(options.num_threads) +
+                            " must be >= 0 (0 = every hardware thread)");
+  }
   return {};
 }
 

@@ -14,7 +14,9 @@ namespace sparse_mla::cpu {
 // Workers to use for `num_tasks` tasks when the caller asks for `requested` threads
 // (RunOptions::num_threads; 0 = every hardware thread).
 inline int worker_count(int64_t num_tasks, int requested) {
-  int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Read once per process: glibc answers hardware_concurrency() by reading
+  // /sys/devices/system/cpu/online, an open + read + close that cost ~10 us per call.
+  static const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Oversubscription is allowed (tests use it to vary the split) but bounded: every worker owns
   // a tile, so an absurd request must not turn into gigabytes of tiles.
   int want = requested > 0 ? std::min(requested, std::max(4 * hw, 16)) : hw;

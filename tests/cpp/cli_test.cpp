@@ -195,4 +195,121 @@ TEST(Cli, BenchDecodeScheduleBuildIsReproducible) {
   EXPECT_NE(run.cli.output.find("built in every timed call"), std::string::npos) << run.cli.output;
 }
 
+// ---- bad input refused up front (docs/rejected_input.md) ----------------------------------------
+
+TEST(Cli, BenchRefusesCasesThatCannotFitWithTheBytesNeeded) {
+  CliRun r = run_cli(
+      "bench --op prefill --s_q 16777216 --h_q 128 --d_qk 576 --topk 1048576 --s_kv 64 "
+      "--verify off");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("needs "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" bytes) of host memory"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("measuring the ceilings"), std::string::npos) << r.output;
+}
+
+TEST(Cli, BenchRefusesAD_qkTheDecodeFormatDoesNotHave) {
+  CliRun r =
+      run_cli("bench --op decode --format v4_fp8 --d_qk 576 --s_q 1 --s_kv 64 --h_q 16 --topk 8");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--d_qk = 576 does not match --format v4_fp8, whose d_qk is 512"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(Cli, EmptyJsonPathsAreRefused) {
+  for (const char* command :
+       {"bench --op prefill --d_qk 512 --h_q 4 --topk 8 --s_q 2 --s_kv 64 --json ''",
+        "bench --json=", "overhead --json ''"}) {
+    CliRun r = run_cli(command);
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.output;
+    EXPECT_NE(r.output.find("--json needs a file name, got ''"), std::string::npos) << r.output;
+  }
+}
+
+TEST(Cli, VersionAndHelpRefuseFlags) {
+  CliRun version = run_cli("version");
+  EXPECT_EQ(version.exit_code, 0) << version.output;
+  for (const char* command : {"version --bogus", "help --bogus", "--version extra"}) {
+    CliRun r = run_cli(command);
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.output;
+    EXPECT_TRUE(r.output.find("--bogus") != std::string::npos ||
+                r.output.find("'extra'") != std::string::npos)
+        << r.output;
+  }
+}
+
+TEST(Cli, ListRefusesProblemsPlanningRefuses) {
+  CliRun r = run_cli("list --op decode --s_q 0");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the decode problem is invalid"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("problem.s_q = 0"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find(" yes"), std::string::npos) << r.output;
+  // An empty prefill (s_q = 0) is a valid call.
+  CliRun prefill = run_cli("list --op prefill --s_q 0");
+  EXPECT_EQ(prefill.exit_code, 0) << prefill.output;
+}
+
+TEST(Cli, KernelNamesAreCheckedBeforeAnyWork) {
+  CliRun bench = run_cli("bench --op decode --s_q 1 --s_kv 64 --h_q 16 --topk 8 --kernel bogus");
+  EXPECT_EQ(bench.exit_code, 2) << bench.output;
+  EXPECT_NE(bench.output.find("--kernel = 'bogus' is not a kernel of back end"), std::string::npos)
+      << bench.output;
+  EXPECT_EQ(bench.output.find("measuring the ceilings"), std::string::npos) << bench.output;
+  CliRun check = run_cli("check --cases 1 --kernel bogus");
+  EXPECT_EQ(check.exit_code, 2) << check.output;
+}
+
+TEST(Cli, CheckRerunLineKeepsKernelAndThreads) {
+  // A prefill kernel forced on decode cases: every case errors, and the rerun line must say how
+  // the case was run.
+  CliRun r = run_cli(
+      "check --cases 1 --seed 4 --op decode --backend cpu --kernel "
+      "cpu_sparse_prefill --threads 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("rerun: sparse-mla check --cases 1 --seed 4 --backend cpu --op decode "
+                          "--kernel cpu_sparse_prefill --threads 2"),
+            std::string::npos)
+      << r.output;
+}
+
+// ---- isolated-call timing and the host-overhead command
+// -------------------------------------------
+
+TEST(Cli, BenchIsolatedTimingReportsHostAndDeviceTimePerCall) {
+  BenchRun run = run_bench(
+      "--backend cpu --op decode --b 1 --s_q 1 --s_kv 128 --h_q 8 --topk 16 --format v32_fp8 "
+      "--iters 5 --timing isolated",
+      "isolated");
+  ASSERT_EQ(run.cli.exit_code, 0) << run.cli.output;
+  EXPECT_NE(run.cli.output.find("host/call"), std::string::npos) << run.cli.output;
+  EXPECT_NE(run.cli.output.find("(wall)"), std::string::npos) << run.cli.output;
+  EXPECT_EQ(run.json["timing"], "isolated");
+  const nlohmann::json& c = run.json["cases"][0];
+  const nlohmann::json& t = c["isolated"];
+  ASSERT_EQ(t["host_ms"].size(), 5u);
+  // CPU back end: the device time is the wall time, and the latency is that time.
+  EXPECT_EQ(t["host_ms"], t["device_ms"]);
+  EXPECT_DOUBLE_EQ(t["median_host_ms"].get<double>(), t["median_device_ms"].get<double>());
+  EXPECT_DOUBLE_EQ(t["median_host_plus_device_ms"].get<double>(),
+                   t["median_host_ms"].get<double>());
+  EXPECT_DOUBLE_EQ(c["median_ms"].get<double>(), t["median_host_ms"].get<double>());
+  EXPECT_GT(c["median_ms"].get<double>(), 0.0);
+  EXPECT_NE(c["reproduce"].get<std::string>().find("--timing isolated"), std::string::npos);
+  EXPECT_TRUE(c["verify"]["ok"].get<bool>()) << c["verify"]["message"];
+}
+
+TEST(Cli, OverheadTimesEveryCall) {
+  const std::string path = temp_json("overhead");
+  CliRun r = run_cli("overhead --calls 50 --batches 3 --json " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json j = read_json(path);
+  std::filesystem::remove(path);
+  ASSERT_EQ(j["rows"].size(), 10u);  // 7 empty-problem rows, 3 tiny ones
+  for (const nlohmann::json& row : j["rows"]) {
+    EXPECT_GT(row["host_us_fastest_batch"].get<double>(), 0.0) << row;
+    EXPECT_LE(row["host_us_fastest_batch"].get<double>(),
+              row["host_us_median_batch"].get<double>());
+  }
+}
+
 }  // namespace

@@ -1,7 +1,10 @@
 // Randomised bad input (SPEC §6) for sparse_prefill, sparse_decode and the host KV-cache codec.
 // Thousands of small valid calls get one to four of their arguments' fields set to extreme values:
 // sizes and strides of 0, 2^31, 2^62, INT64_MAX or negative, bad ranks, unknown dtypes, devices
-// and formats, null and misaligned pointers, NaN and huge scalars, optional tensors dropped.
+// and formats, null and misaligned pointers, NaN and huge scalars, optional tensors dropped,
+// outputs pointed at an input or another output, output strides that make it overlap itself,
+// cache views sliced to fewer (or claiming more) tokens per page, consistent sizes near the
+// limits; plans get their fields edited after planning, run options get any thread count.
 // Every call must then either
 // - be rejected with kInvalidArgument or kUnsupported, with a message that starts with the
 //   operation's name, and the outputs left as they were; or
@@ -54,7 +57,8 @@ class Mutator {
     static constexpr int64_t kValues[] = {
         0, 1, 2, 3, 7, 64, 65, 577, (int64_t{1} << 31) - 1, int64_t{1} << 31, int64_t{1} << 32,
         int64_t{1} << 40, int64_t{1} << 62, std::numeric_limits<int64_t>::max(), -1,
-        -(int64_t{1} << 31), std::numeric_limits<int64_t>::min()};
+        -(int64_t{1} << 31), std::numeric_limits<int64_t>::min(), (int64_t{1} << 31) + 1,
+        (int64_t{1} << 63) - 2, int64_t{1} << 53};
     // clang-format on
     return kValues[pick(std::size(kValues))];
   }
@@ -160,6 +164,33 @@ class Mutator {
         return std::string(name) + ".data";
       }
     }
+  }
+
+  // An output pointed at the start of another tensor (an input or an output): aliasing.
+  std::string alias(const char* name, TensorView& out, const void* other, const char* other_name) {
+    out.data = const_cast<void*>(other);
+    return std::string(name) + " aliases " + other_name;
+  }
+
+  // An output stride shrunk below what its inner dimensions span: the output overlaps itself.
+  std::string overlap(const char* name, TensorView& t) {
+    if (t.rank < 2 || t.rank > kMaxRank) return std::string(name) + " (rank mutated: unchanged)";
+    const int d = pick(t.rank - 1);
+    static constexpr int64_t kStrides[] = {0, 1, 2, 7, 256, 511};
+    t.strides[d] = kStrides[pick(std::size(kStrides))];
+    return std::string(name) + ".strides[d] shrunk";
+  }
+
+  // A cache view with fewer tokens per page than its blocks hold (a slice along the page: not
+  // detectable, must stay memory-safe), or more than its stride can hold (refused).
+  std::string page_slice(const char* name, KvCacheView& c) {
+    if (pick(2) == 0) {
+      c.page_block_size = std::max<int64_t>(1, c.page_block_size / 2);
+      return std::string(name) + " sliced to fewer tokens per page";
+    }
+    const int64_t more = 1 + pick(64);  // saturating: an earlier mutation may have set INT64_MAX
+    c.page_block_size = c.page_block_size > INT64_MAX - more ? INT64_MAX : c.page_block_size + more;
+    return std::string(name) + " claims more tokens per page";
   }
 
  private:
@@ -305,6 +336,26 @@ constexpr Mutation<SparsePrefillArgs> kPrefillMutations[] = {
     [](Mutator& m, SparsePrefillArgs& a) { return set(a.sm_scale, m.extreme_float(), "sm_scale"); },
     [](Mutator& m, SparsePrefillArgs& a) { return set(a.d_v, m.extreme_int(), "d_v"); },
     consistent_size,
+    [](Mutator& m, SparsePrefillArgs& a) {
+      TensorView* outs[] = {&a.out, &a.max_logits, &a.lse};
+      const char* names[] = {"out", "max_logits", "lse"};
+      const int o = m.pick(3);
+      switch (m.pick(5)) {
+        case 0:
+          return m.alias(names[o], *outs[o], a.q.data, "q");
+        case 1:
+          return m.alias(names[o], *outs[o], a.kv.data, "kv");
+        case 2:
+          return m.alias(names[o], *outs[o], a.indices.data, "indices");
+        default: {
+          const int other = (o + 1 + m.pick(2)) % 3;
+          return m.alias(names[o], *outs[o], outs[other]->data, names[other]);
+        }
+      }
+    },
+    [](Mutator& m, SparsePrefillArgs& a) {
+      return m.pick(2) == 0 ? m.overlap("out", a.out) : m.overlap("lse", a.lse);
+    },
 };
 
 TEST(ValidationFuzz, PrefillRejectsOrRunsEveryMutation) {
@@ -318,7 +369,8 @@ TEST(ValidationFuzz, PrefillRejectsOrRunsEveryMutation) {
         if (const Status on_gpu = detail::validate_prefill(on_cuda(a), &params); !on_gpu.ok()) {
           expect_clear_rejection(on_gpu, "sparse_prefill");
         }
-        const Status valid = detail::validate_prefill(a, &params);
+        Status valid = detail::validate_prefill(a, &params);
+        if (valid.ok()) valid = detail::validate_no_aliasing(a);
         if (!valid.ok()) {
           expect_clear_rejection(valid, "sparse_prefill");
           expect_clear_rejection(sparse_prefill(a, options), "sparse_prefill");
@@ -364,6 +416,40 @@ constexpr Mutation<SparseDecodeArgs> kDecodeMutations[] = {
       return set(a.softmax_scale, m.extreme_float(), "softmax_scale");
     },
     [](Mutator& m, SparseDecodeArgs& a) { return set(a.d_v, m.extreme_int(), "d_v"); },
+    [](Mutator& m, SparseDecodeArgs& a) {
+      TensorView& out = m.pick(2) == 0 ? a.out : a.lse;
+      const char* name = &out == &a.out ? "out" : "lse";
+      switch (m.pick(5)) {
+        case 0:
+          return m.alias(name, out, a.q.data, "q");
+        case 1:
+          return m.alias(name, out, a.kv_cache.data, "kv_cache");
+        case 2:
+          return m.alias(name, out, a.indices.data, "indices");
+        case 3:
+          if (a.extra_kv_cache) return m.alias(name, out, a.extra_kv_cache->data, "extra_kv_cache");
+          [[fallthrough]];
+        default:
+          return &out == &a.out ? m.alias("out", a.out, a.lse.data, "lse")
+                                : m.alias("lse", a.lse, a.out.data, "out");
+      }
+    },
+    [](Mutator& m, SparseDecodeArgs& a) {
+      return m.pick(2) == 0 ? m.overlap("out", a.out) : m.overlap("lse", a.lse);
+    },
+    [](Mutator& m, SparseDecodeArgs& a) {
+      if (a.extra_kv_cache && m.pick(2) == 0) {
+        return m.page_slice("extra_kv_cache", *a.extra_kv_cache);
+      }
+      return m.page_slice("kv_cache", a.kv_cache);
+    },
+    [](Mutator& m, SparseDecodeArgs& a) {  // consistent sizes near the limits
+      const int64_t v = m.extreme_int64();
+      const int dim = m.pick(2);  // b or s_q in every tensor that has it
+      for (TensorView* t : {&a.q, &a.indices, &a.out, &a.lse}) t->sizes[dim] = v;
+      if (a.extra_indices) a.extra_indices->sizes[dim] = v;
+      return std::string(dim == 0 ? "b" : "s_q") + " everywhere";
+    },
 };
 
 TEST(ValidationFuzz, DecodeRejectsOrRunsEveryMutation) {
@@ -383,6 +469,25 @@ TEST(ValidationFuzz, DecodeRejectsOrRunsEveryMutation) {
           expect_clear_rejection(valid, "sparse_decode");
           const Status described = describe_sparse_decode(a, &problem);
           EXPECT_EQ(described.code(), StatusCode::kInvalidArgument) << described.message();
+          EXPECT_TRUE(f.outputs_untouched());
+          return;
+        }
+        if (const Status aliased = detail::validate_no_aliasing(a); !aliased.ok()) {
+          // Shapes are fine (describe accepts them); the call that writes refuses, once the
+          // problem is one planning accepts (a topk past int32 is refused there first).
+          expect_clear_rejection(aliased, "sparse_decode");
+          ASSERT_TRUE(describe_sparse_decode(a, &problem).ok());
+          DecodePlan plan;
+          const Status planned = plan_sparse_decode(problem, &plan, options);
+          if (!planned.ok()) {
+            expect_clear_rejection(planned, "plan_sparse_decode");
+            return;
+          }
+          std::vector<uint8_t> workspace(plan.workspace_bytes + 16);
+          EXPECT_EQ(sparse_decode(a, plan, workspace.data(), workspace.size(),
+                                  DecodeSchedule::kBuild, options)
+                        .message(),
+                    aliased.message());
           EXPECT_TRUE(f.outputs_untouched());
           return;
         }
@@ -467,6 +572,90 @@ TEST(ValidationFuzz, PlanRejectsOrPlansEveryProblem) {
         ++tally.ran;
         EXPECT_EQ(plan.problem, c.problem);
       });
+}
+
+// ---- plans edited after planning ---------------------------------------------------------------
+
+// A valid call, planned; the trial then edits the plan.
+struct EditedPlan {
+  DecodePlan plan;
+};
+
+constexpr Mutation<EditedPlan> kPlanEdits[] = {
+    [](Mutator& m, EditedPlan& e) {
+      return set(e.plan.num_sm_parts, m.extreme_int(), "num_sm_parts");
+    },
+    [](Mutator& m, EditedPlan& e) {
+      return set(e.plan.workspace_bytes, m.extreme_int64(), "workspace_bytes");
+    },
+    [](Mutator& m, EditedPlan& e) {
+      static const char* kNames[] = {"cpu_sparse_prefill", "reference_sparse_decode", "",
+                                     "portable_sparse_decode_v4fp8", "no such kernel"};
+      return set(e.plan.kernel, std::string(kNames[m.pick(std::size(kNames))]), "kernel");
+    },
+    [](Mutator& m, EditedPlan& e) { return set(e.plan.backend, m.pick(6), "backend"); },
+    [](Mutator& m, EditedPlan& e) { return set(e.plan.problem.topk, m.extreme_int64(), "topk"); },
+    [](Mutator& m, EditedPlan& e) {
+      return set(e.plan.fingerprint, m.extreme_int64(), "fingerprint");
+    },
+    [](Mutator&, EditedPlan& e) { return set(e.plan.reason, std::string("edited"), "reason"); },
+};
+
+TEST(ValidationFuzz, EditedPlansAreRefused) {
+  int refused = 0;
+  for (int trial = 0; trial < kTrialsPerOp; ++trial) {
+    Mutator m(0xed170000u + trial);
+    DecodeFixture f;
+    const SparseDecodeArgs a = f.args();
+    RunOptions options;
+    options.backend = m.pick(2) == 0 ? Backend::kCpu : Backend::kReference;
+    SparseDecodeProblem problem;
+    ASSERT_TRUE(describe_sparse_decode(a, &problem).ok());
+    EditedPlan e;
+    ASSERT_TRUE(plan_sparse_decode(problem, &e.plan, options).ok());
+    const DecodePlan planned = e.plan;
+    std::string applied;
+    for (int n = 1 + m.pick(3); n > 0; --n)
+      applied += kPlanEdits[m.pick(std::size(kPlanEdits))](m, e) + "; ";
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + applied);
+    std::vector<uint8_t> workspace(planned.workspace_bytes + 16);
+    const Status s = sparse_decode(a, e.plan, workspace.data(), workspace.size(),
+                                   DecodeSchedule::kBuild, options);
+    const bool unchanged = e.plan.problem == planned.problem && e.plan.backend == planned.backend &&
+                           e.plan.kernel == planned.kernel &&
+                           e.plan.num_sm_parts == planned.num_sm_parts &&
+                           e.plan.workspace_bytes == planned.workspace_bytes &&
+                           e.plan.fingerprint == planned.fingerprint;
+    if (unchanged) {  // only `reason` edited, or a field set to its own value
+      EXPECT_TRUE(s.ok()) << s.message();
+      continue;
+    }
+    ++refused;
+    expect_clear_rejection(s, "sparse_decode");
+    EXPECT_TRUE(f.outputs_untouched());
+  }
+  EXPECT_GT(refused, kTrialsPerOp / 2);
+}
+
+// ---- run options -----------------------------------------------------------------------------
+
+TEST(ValidationFuzz, ThreadCountsAreRefusedOrRun) {
+  Mutator m(0x74eadu);
+  for (int trial = 0; trial < 200; ++trial) {
+    PrefillFixture f;
+    RunOptions options;
+    options.backend = Backend::kCpu;
+    options.num_threads = trial == 0 ? -5 : m.extreme_int();
+    SCOPED_TRACE("num_threads = " + std::to_string(options.num_threads));
+    const Status s = sparse_prefill(f.args(), options);
+    if (options.num_threads < 0) {
+      expect_clear_rejection(s, "sparse_prefill");
+      EXPECT_NE(s.message().find("options.num_threads"), std::string::npos) << s.message();
+      EXPECT_TRUE(f.outputs_untouched());
+    } else {
+      EXPECT_TRUE(s.ok()) << s.message();
+    }
+  }
 }
 
 // ---- the host KV-cache codec -----------------------------------------------------------------

@@ -33,6 +33,28 @@ Device device_for(Backend backend) {
   return resolve_backend(backend) == Backend::kCuda ? Device::cuda(0) : Device::cpu();
 }
 
+Status check_kernel_flag(const std::string& kernel, Backend backend) {
+  if (kernel.empty()) return {};
+  // The names do not depend on the problem: list them for any valid one.
+  SparsePrefillProblem prefill{1, 1, 1, 512, 512, 1, false, false, device_for(backend)};
+  SparseDecodeProblem decode;
+  decode.b = decode.s_q = decode.h_q = decode.topk = decode.page_block_size = 1;
+  decode.d_qk = 576;
+  std::string names;
+  auto scan = [&](const std::vector<KernelAvailability>& list) {
+    for (const KernelAvailability& k : list) {
+      if (k.backend != backend) continue;
+      if (k.name == kernel) return true;
+      names += (names.empty() ? "" : ", ") + k.name;
+    }
+    return false;
+  };
+  if (scan(list_prefill_kernels(prefill)) || scan(list_decode_kernels(decode))) return {};
+  return invalid_argument("--kernel = '" + kernel + "' is not a kernel of back end " +
+                          backend_name(backend) +
+                          " (its kernels: " + (names.empty() ? "none in this build" : names) + ")");
+}
+
 Status PrefillRunner::prepare(const verify::PrefillCase& c, Device device,
                               const RunOptions& options) {
   options_ = options;

@@ -17,6 +17,8 @@ inline constexpr const char* kBackendChoices[] = {"auto", "cpu", "cuda", "refere
 Backend resolve_backend(Backend requested);
 // Where a (resolved) back end's tensors live: CUDA device 0 for kCuda, else the host.
 Device device_for(Backend backend);
+// A `--kernel` value: "" or the name of a prefill or decode kernel of `backend` (resolved).
+Status check_kernel_flag(const std::string& kernel, Backend backend);
 
 class PrefillRunner {
  public:

@@ -177,6 +177,10 @@ int check_command(const Invocation& inv) {
                  "build\n";
     return kExitFailure;
   }
+  if (Status st = check_kernel_flag(kernel, backend); !st.ok()) {
+    std::cerr << "sparse-mla check: " << st.message() << "\n";
+    return kExitUsageError;
+  }
   RunOptions options;
   options.backend = backend;
   options.num_threads = static_cast<int>(threads);
@@ -195,7 +199,9 @@ int check_command(const Invocation& inv) {
               << backend_name(backend) << ": " << line << "\n";
     if (!ok) {
       std::cout << "  rerun: sparse-mla check --cases 1 --seed " << case_seed << " --backend "
-                << backend_name(backend) << (op.empty() ? "" : " --op " + op) << "\n";
+                << backend_name(backend) << (op.empty() ? "" : " --op " + op)
+                << (kernel.empty() ? "" : " --kernel " + shell_join({kernel}))
+                << (threads > 0 ? " --threads " + std::to_string(threads) : "") << "\n";
     }
     std::cout.flush();
   }

@@ -17,5 +17,6 @@ int bench_command(const Invocation& inv);
 int check_command(const Invocation& inv);
 int list_command(const Invocation& inv);
 int info_command(const Invocation& inv);
+int overhead_command(const Invocation& inv);
 
 }  // namespace sparse_mla::cli

@@ -114,6 +114,15 @@ void FlagSet::add_string(const std::string& name, std::string* value, std::strin
   add(name, std::move(f));
 }
 
+void FlagSet::add_path(const std::string& name, std::string* value, std::string help) {
+  add_string(name, value, std::move(help));
+  auto assign = flags_.at(name).assign;
+  flags_.at(name).assign = [name, assign](const std::string& text) -> Status {
+    if (text.empty()) return invalid_argument("--" + name + " needs a file name, got ''");
+    return assign(text);
+  };
+}
+
 void FlagSet::add_switch(const std::string& name, bool* value, std::string help) {
   Flag f;
   f.help = std::move(help);

@@ -29,6 +29,8 @@ class FlagSet {
   void add_double(const std::string& name, double* value, std::string help, double min, double max);
   void add_string(const std::string& name, std::string* value, std::string help,
                   std::vector<std::string> choices = {});
+  // A file name: like add_string, but an empty value is an error (it would be ignored).
+  void add_path(const std::string& name, std::string* value, std::string help);
   void add_switch(const std::string& name, bool* value, std::string help);
   // What usage() shows as the default ("" = nothing), for flags whose default depends on others.
   void set_default_text(const std::string& name, std::string text);

@@ -104,6 +104,14 @@ int list_command(const Invocation& inv) {
     return kExitUsageError;
   }
 
+  // Judge only problems a call could pose, checked as the library checks them: a listing of
+  // "usable" kernels for a problem planning refuses would mislead.
+  int exit_code = kExitOk;
+  auto refuse = [&](const char* what, const Status& st) {
+    std::cerr << "sparse-mla list: the " << what << " problem is invalid: " << st.message() << "\n";
+    exit_code = kExitUsageError;
+  };
+
   if (s.op.empty() || s.op == "prefill") {
     SparsePrefillProblem p;
     p.s_q = s.s_q;
@@ -117,7 +125,11 @@ int list_command(const Invocation& inv) {
               << " d_qk=" << p.d_qk << " d_v=" << p.d_v << " topk=" << p.topk
               << (p.has_attn_sink ? " attn_sink" : "") << (p.has_topk_length ? " topk_length" : "")
               << "\n";
-    print_kernels("prefill kernels:", p, list_prefill_kernels);
+    if (Status st = validate_problem(p); !st.ok()) {
+      refuse("prefill", st);
+    } else {
+      print_kernels("prefill kernels:", p, list_prefill_kernels);
+    }
     if (s.op.empty()) std::cout << "\n";
   }
   if (s.op.empty() || s.op == "decode") {
@@ -146,10 +158,14 @@ int list_command(const Invocation& inv) {
     }
     std::cout << (p.has_attn_sink ? " attn_sink" : "")
               << (p.has_topk_length ? " topk_length=" + s.topk_length : "") << "\n";
-    print_kernels("decode kernels:", p, list_decode_kernels);
-    print_plans(p);
+    if (Status st = validate_problem(p); !st.ok()) {
+      refuse("decode", st);
+    } else {
+      print_kernels("decode kernels:", p, list_decode_kernels);
+      print_plans(p);
+    }
   }
-  return kExitOk;
+  return exit_code;
 }
 
 }  // namespace sparse_mla::cli

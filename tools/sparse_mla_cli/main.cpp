@@ -3,6 +3,7 @@
 //   check  random SPEC §5 cases against the reference (check.cpp)
 //   list   kernel variants and why each can or cannot run a problem (list.cpp)
 //   info   the machine, its fp32 GEMM rate and CUDA devices (info.cpp)
+//   overhead  the host time of one C++ API call (overhead.cpp)
 #include <iostream>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@ constexpr const char* kUsage =
     "  check   run random test-recipe cases against the reference; non-zero exit on failure\n"
     "  list    list kernel variants and why each can or cannot run a given problem\n"
     "  info    print the machine, its measured fp32 GEMM rate and the CUDA devices\n"
+    "  overhead  time the host cost of one C++ API call (validation, dispatch, back end)\n"
     "  version print the library version\n";
 
 }  // namespace
@@ -41,12 +43,20 @@ int main(int argc, char** argv) {
   if (command == "check") return check_command(inv);
   if (command == "list") return list_command(inv);
   if (command == "info") return info_command(inv);
-  if (command == "version" || command == "--version") {
-    std::cout << "sparse-mla " << sparse_mla::version_string() << "\n";
-    return kExitOk;
-  }
-  if (command == "help" || command == "--help" || command == "-h") {
-    std::cout << kUsage;
+  if (command == "overhead") return overhead_command(inv);
+  if (command == "version" || command == "--version" || command == "help" || command == "--help" ||
+      command == "-h") {
+    // No flags of their own: anything after them is a mistake, not something to ignore.
+    FlagSet flags(command);
+    if (sparse_mla::Status st = flags.parse(inv.args); !st.ok()) {
+      std::cerr << "sparse-mla " << command << ": " << st.message() << "\n";
+      return kExitUsageError;
+    }
+    if (command == "version" || command == "--version") {
+      std::cout << "sparse-mla " << sparse_mla::version_string() << "\n";
+    } else {
+      std::cout << kUsage;
+    }
     return kExitOk;
   }
   std::cerr << "sparse-mla: unknown command '" << command << "'\n" << kUsage;
