@@ -16,8 +16,8 @@ int main() {
   std::vector<uint16_t> q(s_q * h_q * d_qk), kv(s_kv * d_qk);
   for (size_t i = 0; i < q.size(); ++i) q[i] = bf16(std::sin(0.1f * i) * 0.1f);
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = bf16(std::cos(0.3f * i) * 0.1f);
-  std::vector<int32_t> indices = {0, 2, -1,   // token 0 attends to rows 0 and 2 (-1 = unused)
-                                  3, 1, 1};   // token 1 attends to row 3 and twice to row 1
+  std::vector<int32_t> indices = {0, 2, -1,  // token 0 attends to rows 0 and 2 (-1 = unused)
+                                  3, 1, 1};  // token 1 attends to row 3 and twice to row 1
   std::vector<uint16_t> out(s_q * h_q * 512);
   std::vector<float> max_logits(s_q * h_q), lse(s_q * h_q);
 
@@ -41,7 +41,8 @@ int main() {
   for (size_t i = 0; i < rows.size(); ++i) rows[i] = bf16(std::sin(0.01f * i) * 0.2f);
   const int64_t stride = kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, page, d_qk);
   std::vector<uint8_t> cache_bytes(blocks * stride + 16);
-  void* cache_data = cache_bytes.data() + (16 - reinterpret_cast<uintptr_t>(cache_bytes.data()) % 16) % 16;
+  void* cache_data =
+      cache_bytes.data() + (16 - reinterpret_cast<uintptr_t>(cache_bytes.data()) % 16) % 16;
   KvCacheView cache{cache_data, KvCacheFormat::kV4Fp8, blocks, page, stride, int(d_qk)};
   TensorView rows_view =
       TensorView::contiguous(rows.data(), DType::kBFloat16, {blocks, page, 1, d_qk});

@@ -37,26 +37,26 @@ enum class ScaleEncoding {
 };
 
 enum class PageLayout {
-  kTokenRows,       // every token's bytes contiguous: data, scales, rope
-  kBlockSplit576,   // v4: data+rope rows of 576 B, then 8-B scale rows, block padded to 576 B
+  kTokenRows,      // every token's bytes contiguous: data, scales, rope
+  kBlockSplit576,  // v4: data+rope rows of 576 B, then 8-B scale rows, block padded to 576 B
 };
 
 // One row of the traits table. All offsets in bytes.
 struct KvCacheFormatInfo {
   KvCacheFormat format;
-  std::string_view name;      // "v32_fp8", "v4_fp8", "bf16"
-  int d_qk;                   // 576, 512; 0 = taken from q (bf16)
-  int bytes_per_token;        // 656, 584; 0 = 2*d_qk (bf16)
-  int quantized_dims;         // e4m3 values per token (512, 448; 0 for bf16)
-  int tile_size;              // values per scale (128, 64)
-  int num_scales;             // scales per token (4, 7)
+  std::string_view name;  // "v32_fp8", "v4_fp8", "bf16"
+  int d_qk;               // 576, 512; 0 = taken from q (bf16)
+  int bytes_per_token;    // 656, 584; 0 = 2*d_qk (bf16)
+  int quantized_dims;     // e4m3 values per token (512, 448; 0 for bf16)
+  int tile_size;          // values per scale (128, 64)
+  int num_scales;         // scales per token (4, 7)
   ScaleEncoding scale_encoding;
   PageLayout page_layout;
-  int data_row_bytes;         // bytes of one token's data(+rope) row: 656, 576, 2*d_qk
-  int scale_offset_in_row;    // kTokenRows: offset of the scales inside the row (512)
-  int scale_row_bytes;        // kBlockSplit576: bytes of one token's scale row (8)
-  int rope_offset;            // offset of the 64 bf16 RoPE values inside the data row (528, 448)
-  int block_alignment;        // block stride must be a multiple of this (576 for v4; 1 otherwise)
+  int data_row_bytes;       // bytes of one token's data(+rope) row: 656, 576, 2*d_qk
+  int scale_offset_in_row;  // kTokenRows: offset of the scales inside the row (512)
+  int scale_row_bytes;      // kBlockSplit576: bytes of one token's scale row (8)
+  int rope_offset;          // offset of the 64 bf16 RoPE values inside the data row (528, 448)
+  int block_alignment;      // block stride must be a multiple of this (576 for v4; 1 otherwise)
 };
 
 const KvCacheFormatInfo& kv_cache_format_info(KvCacheFormat format);

@@ -60,7 +60,7 @@ Status synchronize(Device device);
 // Runs `fn` `warmup` times, then `iterations` times, each timed on `device` (CUDA events on
 // `stream`, or the steady clock on the CPU), flushing the L2 cache before each timed run when
 // `flush_l2` is set (CUDA only). Fills `milliseconds` with one time per iteration.
-Status time_runs(Device device, StreamHandle stream, const std::function<Status()>& fn,
-                 int warmup, int iterations, bool flush_l2, std::vector<double>* milliseconds);
+Status time_runs(Device device, StreamHandle stream, const std::function<Status()>& fn, int warmup,
+                 int iterations, bool flush_l2, std::vector<double>* milliseconds);
 
 }  // namespace sparse_mla

@@ -44,8 +44,8 @@ const char* status_code_name(StatusCode code);
 }  // namespace sparse_mla
 
 // Propagates a non-ok Status to the caller.
-#define SMLA_RETURN_IF_ERROR(expr)                     \
-  do {                                                 \
-    ::sparse_mla::Status smla_status_ = (expr);        \
-    if (!smla_status_.ok()) return smla_status_;       \
+#define SMLA_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::sparse_mla::Status smla_status_ = (expr);  \
+    if (!smla_status_.ok()) return smla_status_; \
   } while (0)

@@ -61,15 +61,12 @@ std::optional<KvCacheView> to_optional_cache_view(const char* op, const char* na
 }
 
 // The decode arguments without outputs (out/lse are set by the caller).
-SparseDecodeArgs decode_inputs(const char* op, const at::Tensor& q, const at::Tensor& kv_cache,
-                               const at::Tensor& indices,
-                               const std::optional<at::Tensor>& topk_length,
-                               const std::optional<at::Tensor>& attn_sink,
-                               const std::optional<at::Tensor>& extra_kv_cache,
-                               const std::optional<at::Tensor>& extra_indices,
-                               const std::optional<at::Tensor>& extra_topk_length,
-                               std::optional<std::string_view> kv_format, int64_t d_v,
-                               StagedCaches* staged) {
+SparseDecodeArgs decode_inputs(
+    const char* op, const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& indices,
+    const std::optional<at::Tensor>& topk_length, const std::optional<at::Tensor>& attn_sink,
+    const std::optional<at::Tensor>& extra_kv_cache, const std::optional<at::Tensor>& extra_indices,
+    const std::optional<at::Tensor>& extra_topk_length, std::optional<std::string_view> kv_format,
+    int64_t d_v, StagedCaches* staged) {
   SparseDecodeArgs args;
   args.q = to_view(op, "q", q);
   args.kv_cache = to_cache_view(op, "kv_cache", kv_cache, kv_format, &staged->main);
@@ -154,9 +151,9 @@ at::Tensor decode_workspace(const char* op, const at::Tensor& q,
 }
 
 // `out` (an output or the workspace) must not share memory with any input.
-void check_disjoint_from_inputs(const char* op, const char* out_name, const at::Tensor& out,
-                                std::initializer_list<std::pair<const char*, const at::Tensor*>>
-                                    inputs) {
+void check_disjoint_from_inputs(
+    const char* op, const char* out_name, const at::Tensor& out,
+    std::initializer_list<std::pair<const char*, const at::Tensor*>> inputs) {
   for (const auto& [name, t] : inputs) check_disjoint(op, out_name, out, name, *t);
 }
 
@@ -207,12 +204,15 @@ void sparse_prefill(const at::Tensor& q, const at::Tensor& kv, const at::Tensor&
   args.lse = to_view(kOp, "lse", lse);
   const at::Tensor& sink = or_undefined(attn_sink);
   const at::Tensor& lengths = or_undefined(topk_length);
-  for (auto [name, t] : {std::pair{"out", &out}, std::pair{"max_logits", &max_logits},
-                         std::pair{"lse", &lse}}) {
+  for (auto [name, t] :
+       {std::pair{"out", &out}, std::pair{"max_logits", &max_logits}, std::pair{"lse", &lse}}) {
     check_no_internal_overlap(kOp, name, *t);
     check_disjoint_from_inputs(kOp, name, *t,
-                               {{"q", &q}, {"kv", &kv}, {"indices", &indices},
-                                {"attn_sink", &sink}, {"topk_length", &lengths}});
+                               {{"q", &q},
+                                {"kv", &kv},
+                                {"indices", &indices},
+                                {"attn_sink", &sink},
+                                {"topk_length", &lengths}});
   }
   check_disjoint(kOp, "out", out, "max_logits", max_logits);
   check_disjoint(kOp, "out", out, "lse", lse);
@@ -289,9 +289,13 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
   for (auto [name, t] : {std::pair{"out", &out}, std::pair{"lse", &lse}}) {
     check_no_internal_overlap(kOp, name, *t);
     check_disjoint_from_inputs(kOp, name, *t,
-                               {{"q", &q}, {"kv_cache", &kv_cache}, {"indices", &indices},
-                                {"topk_length", &lengths}, {"attn_sink", &sink},
-                                {"extra_kv_cache", &extra}, {"extra_indices", &e_idx},
+                               {{"q", &q},
+                                {"kv_cache", &kv_cache},
+                                {"indices", &indices},
+                                {"topk_length", &lengths},
+                                {"attn_sink", &sink},
+                                {"extra_kv_cache", &extra},
+                                {"extra_indices", &e_idx},
                                 {"extra_topk_length", &e_len}});
   }
   check_disjoint(kOp, "out", out, "lse", lse);
@@ -300,9 +304,15 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
   const RunOptions options = run_options_for(q.device());
   const DecodePlan plan = plan_for(args, options);
   run_decode(kOp, q, args, workspace, reuse_schedule, options, plan,
-             {{"q", &q}, {"kv_cache", &kv_cache}, {"indices", &indices},
-              {"topk_length", &lengths}, {"attn_sink", &sink}, {"extra_kv_cache", &extra},
-              {"extra_indices", &e_idx}, {"extra_topk_length", &e_len}, {"out", &out},
+             {{"q", &q},
+              {"kv_cache", &kv_cache},
+              {"indices", &indices},
+              {"topk_length", &lengths},
+              {"attn_sink", &sink},
+              {"extra_kv_cache", &extra},
+              {"extra_indices", &e_idx},
+              {"extra_topk_length", &e_len},
+              {"out", &out},
               {"lse", &lse}});
 }
 
@@ -333,9 +343,14 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
                    &extra = or_undefined(extra_kv_cache), &e_idx = or_undefined(extra_indices),
                    &e_len = or_undefined(extra_topk_length);
   run_decode(kOp, q, args, workspace, reuse_schedule, options, plan,
-             {{"q", &q}, {"kv_cache", &kv_cache}, {"indices", &indices},
-              {"topk_length", &lengths}, {"attn_sink", &sink}, {"extra_kv_cache", &extra},
-              {"extra_indices", &e_idx}, {"extra_topk_length", &e_len}});
+             {{"q", &q},
+              {"kv_cache", &kv_cache},
+              {"indices", &indices},
+              {"topk_length", &lengths},
+              {"attn_sink", &sink},
+              {"extra_kv_cache", &extra},
+              {"extra_indices", &e_idx},
+              {"extra_topk_length", &e_len}});
   return {std::move(out), std::move(lse)};
 }
 

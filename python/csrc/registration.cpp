@@ -58,9 +58,8 @@ TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) {
 // No operator has a backward: an input that requires grad raises instead of giving outputs
 // without gradients.
 TORCH_LIBRARY_IMPL(sparse_mla, Autograd, m) {
-  for (const char* name : {"sparse_prefill", "sparse_prefill_alloc", "plan_decode",
-                           "sparse_decode", "sparse_decode_alloc", "quantize_kv_cache",
-                           "dequantize_kv_cache"}) {
+  for (const char* name : {"sparse_prefill", "sparse_prefill_alloc", "plan_decode", "sparse_decode",
+                           "sparse_decode_alloc", "quantize_kv_cache", "dequantize_kv_cache"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&sparse_mla::python::no_backward>());
   }
 }

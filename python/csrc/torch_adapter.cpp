@@ -5,7 +5,6 @@
 #include "torch_adapter.h"
 
 #include <ATen/ops/empty.h>
-
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 

@@ -10,22 +10,32 @@ namespace sparse_mla {
 
 const char* status_code_name(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "ok";
-    case StatusCode::kInvalidArgument: return "invalid argument";
-    case StatusCode::kUnsupported: return "unsupported";
-    case StatusCode::kDeviceError: return "device error";
-    case StatusCode::kInternal: return "internal error";
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kUnsupported:
+      return "unsupported";
+    case StatusCode::kDeviceError:
+      return "device error";
+    case StatusCode::kInternal:
+      return "internal error";
   }
   return "?";
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::kBFloat16: return "bf16";
-    case DType::kFloat32: return "fp32";
-    case DType::kInt32: return "int32";
-    case DType::kUInt8: return "uint8";
-    case DType::kFloat8E4M3: return "float8_e4m3fn";
+    case DType::kBFloat16:
+      return "bf16";
+    case DType::kFloat32:
+      return "fp32";
+    case DType::kInt32:
+      return "int32";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kFloat8E4M3:
+      return "float8_e4m3fn";
   }
   return "?";
 }
@@ -35,8 +45,7 @@ std::string to_string(const Device& device) {
 }
 
 namespace {
-TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sizes,
-                     Device device) {
+TensorView make_view(void* data, DType dtype, std::initializer_list<int64_t> sizes, Device device) {
   TensorView t;
   t.data = data;
   t.dtype = dtype;
@@ -118,10 +127,14 @@ std::string describe(const TensorView& t) {
 
 const char* backend_name(Backend backend) {
   switch (backend) {
-    case Backend::kAuto: return "auto";
-    case Backend::kCpu: return "cpu";
-    case Backend::kCuda: return "cuda";
-    case Backend::kReference: return "reference";
+    case Backend::kAuto:
+      return "auto";
+    case Backend::kCpu:
+      return "cpu";
+    case Backend::kCuda:
+      return "cuda";
+    case Backend::kReference:
+      return "reference";
   }
   return "?";
 }

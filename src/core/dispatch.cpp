@@ -153,9 +153,9 @@ uint64_t plan_fingerprint(const DecodePlan& plan) {
   f.add(static_cast<uint64_t>(plan.workspace_bytes));
   f.add(plan.kernel_config);
   f.add(plan.kernel_family);
-  for (int64_t v : {static_cast<int64_t>(plan.rows_per_cta),
-                    static_cast<int64_t>(plan.keys_per_block),
-                    static_cast<int64_t>(plan.head_groups), plan.min_units_per_part}) {
+  for (int64_t v :
+       {static_cast<int64_t>(plan.rows_per_cta), static_cast<int64_t>(plan.keys_per_block),
+        static_cast<int64_t>(plan.head_groups), plan.min_units_per_part}) {
     f.add(static_cast<uint64_t>(v));
   }
   f.add((plan.warp_specialized ? 1u : 0u) | (plan.paired_head_groups ? 2u : 0u));

@@ -8,8 +8,9 @@
 namespace sparse_mla::detail {
 namespace {
 Status built_without_cuda() {
-  return unsupported("this build of sparse-mla has no CUDA support (configured with "
-                     "SMLA_ENABLE_CUDA=OFF or without nvcc)");
+  return unsupported(
+      "this build of sparse-mla has no CUDA support (configured with "
+      "SMLA_ENABLE_CUDA=OFF or without nvcc)");
 }
 }  // namespace
 

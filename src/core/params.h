@@ -17,21 +17,21 @@ using bf16_bits = uint16_t;  // bf16 as raw bits on the host side
 struct PrefillParams {
   SparsePrefillProblem problem;
   float sm_scale = 0.0f;
-  const bf16_bits* q = nullptr;        // [s_q, h_q, d_qk]
+  const bf16_bits* q = nullptr;  // [s_q, h_q, d_qk]
   int64_t q_stride_s = 0, q_stride_h = 0;
-  const bf16_bits* kv = nullptr;       // [s_kv, 1, d_qk]
+  const bf16_bits* kv = nullptr;  // [s_kv, 1, d_qk]
   int64_t kv_stride_s = 0;
-  const int32_t* indices = nullptr;    // [s_q, 1, topk]
+  const int32_t* indices = nullptr;  // [s_q, 1, topk]
   int64_t indices_stride_s = 0;
-  const float* attn_sink = nullptr;    // [h_q] or nullptr
+  const float* attn_sink = nullptr;  // [h_q] or nullptr
   int64_t attn_sink_stride = 0;
   const int32_t* topk_length = nullptr;  // [s_q] or nullptr
   int64_t topk_length_stride = 0;
-  bf16_bits* out = nullptr;            // [s_q, h_q, d_v]
+  bf16_bits* out = nullptr;  // [s_q, h_q, d_v]
   int64_t out_stride_s = 0, out_stride_h = 0;
-  float* max_logits = nullptr;         // [s_q, h_q]
+  float* max_logits = nullptr;  // [s_q, h_q]
   int64_t max_logits_stride_s = 0, max_logits_stride_h = 0;
-  float* lse = nullptr;                // [s_q, h_q]
+  float* lse = nullptr;  // [s_q, h_q]
   int64_t lse_stride_s = 0, lse_stride_h = 0;
 };
 
@@ -48,29 +48,29 @@ struct KvCacheParams {
 
 // One index list with its optional lengths.
 struct IndexListParams {
-  const int32_t* indices = nullptr;       // [b, s_q, topk]
+  const int32_t* indices = nullptr;  // [b, s_q, topk]
   int64_t indices_stride_b = 0, indices_stride_s = 0;
   int64_t topk = 0;
-  const int32_t* topk_length = nullptr;   // [b] or [b, s_q], or nullptr
+  const int32_t* topk_length = nullptr;  // [b] or [b, s_q], or nullptr
   int64_t topk_length_stride_b = 0;
-  int64_t topk_length_stride_s = 0;       // 0 for a per-request [b] tensor
+  int64_t topk_length_stride_s = 0;  // 0 for a per-request [b] tensor
 };
 
 struct DecodeParams {
   SparseDecodeProblem problem;
   float softmax_scale = 0.0f;
-  const bf16_bits* q = nullptr;           // [b, s_q, h_q, d_qk]
+  const bf16_bits* q = nullptr;  // [b, s_q, h_q, d_qk]
   int64_t q_stride_b = 0, q_stride_s = 0, q_stride_h = 0;
   KvCacheParams cache;
   IndexListParams list;
   bool has_extra = false;
   KvCacheParams extra_cache;
   IndexListParams extra_list;
-  const float* attn_sink = nullptr;       // [h_q] or nullptr
+  const float* attn_sink = nullptr;  // [h_q] or nullptr
   int64_t attn_sink_stride = 0;
-  bf16_bits* out = nullptr;               // [b, s_q, h_q, d_v]
+  bf16_bits* out = nullptr;  // [b, s_q, h_q, d_v]
   int64_t out_stride_b = 0, out_stride_s = 0, out_stride_h = 0;
-  float* lse = nullptr;                   // [b, s_q, h_q]
+  float* lse = nullptr;  // [b, s_q, h_q]
   int64_t lse_stride_b = 0, lse_stride_s = 0, lse_stride_h = 0;
 };
 
@@ -84,8 +84,7 @@ inline SMLA_HOST_DEVICE int64_t effective_topk(const PrefillParams& p, int64_t i
 }
 
 // Number of valid slots of list position k for query (b, s): applies topk_length only.
-inline SMLA_HOST_DEVICE int64_t effective_topk(const IndexListParams& list, int64_t b,
-                                               int64_t s) {
+inline SMLA_HOST_DEVICE int64_t effective_topk(const IndexListParams& list, int64_t b, int64_t s) {
   if (list.topk_length == nullptr) return list.topk;
   int64_t n = list.topk_length[b * list.topk_length_stride_b + s * list.topk_length_stride_s];
   return n < 0 ? 0 : (n > list.topk ? list.topk : n);

@@ -27,12 +27,12 @@ inline constexpr int kQueryOverheadBlocks = 5;
 
 // One part (one CTA of the split kernel). 32 bytes so a warp reads it in one transaction.
 struct alignas(32) DecodePartSchedule {
-  int32_t begin_query;   // first query of the part
-  int32_t begin_block;   // first block of begin_query to process
-  int32_t end_query;     // last query of the part, inclusive; end_query < begin_query = empty part
-  int32_t end_block;     // one past the last block of end_query to process
-  int32_t begin_split;   // partial-result slot of begin_query's piece when it is split
-                         // (split_offsets[begin_query] + piece index), -1 when it is not
+  int32_t begin_query;  // first query of the part
+  int32_t begin_block;  // first block of begin_query to process
+  int32_t end_query;    // last query of the part, inclusive; end_query < begin_query = empty part
+  int32_t end_block;    // one past the last block of end_query to process
+  int32_t begin_split;  // partial-result slot of begin_query's piece when it is split
+                        // (split_offsets[begin_query] + piece index), -1 when it is not
   int32_t first_is_split;  // 1 if begin_query is shared with an earlier part
   int32_t last_is_split;   // 1 if end_query is shared with a later part
   int32_t reserved;

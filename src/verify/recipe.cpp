@@ -240,8 +240,8 @@ Status make_prefill_case(const PrefillRecipe& r, PrefillCase* c) {
       Rng empty_rng(r.seed, kEmpty, i);
       bool empty = r.empty_queries && (empty_rng.below(16) == 0 || (s_q >= 2 && i == 1));
       Rng rng(r.seed, kIndices, i);
-      fill_list(rng, &c->indices[i * idx_stride], topk, clamp_length(lengths[i], topk), s_kv,
-                empty, r.invalid_indices);
+      fill_list(rng, &c->indices[i * idx_stride], topk, clamp_length(lengths[i], topk), s_kv, empty,
+                r.invalid_indices);
     }
   });
   if (r.topk_length) {
@@ -700,8 +700,7 @@ Status upload(const PrefillCase& c, Device device, DevicePrefillInputs* out) {
   SMLA_RETURN_IF_ERROR(upload_view(c.indices, c.indices_view, device, &out->buffers, &a.indices));
   SMLA_RETURN_IF_ERROR(
       upload_optional(c.attn_sink, c.attn_sink_view, device, &out->buffers, &a.attn_sink));
-  return upload_optional(c.topk_length, c.topk_length_view, device, &out->buffers,
-                         &a.topk_length);
+  return upload_optional(c.topk_length, c.topk_length_view, device, &out->buffers, &a.topk_length);
 }
 
 Status upload(const DecodeCase& c, Device device, DeviceDecodeInputs* out) {

@@ -84,11 +84,11 @@ class Placement {
   Status status_;
 };
 
-#define SMLA_SKIP_CUDA_WITHOUT_DEVICE(backend)                                  \
-  do {                                                                          \
-    if ((backend) == Backend::kCuda && !cuda_available()) {                     \
-      GTEST_SKIP() << "no CUDA device visible (or built without CUDA)";         \
-    }                                                                           \
+#define SMLA_SKIP_CUDA_WITHOUT_DEVICE(backend)                          \
+  do {                                                                  \
+    if ((backend) == Backend::kCuda && !cuda_available()) {             \
+      GTEST_SKIP() << "no CUDA device visible (or built without CUDA)"; \
+    }                                                                   \
   } while (0)
 
 void expect_close(const verify::CompareResult& r) { EXPECT_TRUE(r.ok) << r.message; }

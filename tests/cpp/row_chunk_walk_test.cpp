@@ -2,11 +2,11 @@
 // portable row gather, run on the host: over all kThreads threads, every chunk of the grid is
 // visited exactly once, and within each lane group consecutive threads take consecutive chunks
 // of one row (the coalescing the gathers rely on). The shapes are the ones the kernels use.
+#include "cuda/device/row_chunk_walk.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
-
-#include "cuda/device/row_chunk_walk.h"
 
 namespace {
 
@@ -55,16 +55,16 @@ void expect_each_chunk_once() {
 }
 
 TEST(RowChunkWalk, EveryChunkOnceForTheKernelsShapes) {
-  expect_each_chunk_once<32, 33, 128>();   // v32_fp8 raw rows, 16 x 32 decode tile (528 B)
-  expect_each_chunk_once<64, 41, 256>();   // v32_fp8 raw rows, 64-key tiles (656 B)
-  expect_each_chunk_once<32, 36, 128>();   // v4_fp8 raw rows, 32-key tiles (576 B)
-  expect_each_chunk_once<32, 41, 256>();   // paired head groups: half of a 64-key block
-  expect_each_chunk_once<64, 72, 256>();   // bf16 d576 rows into a swizzled tile
-  expect_each_chunk_once<64, 72, 128>();   // 16-row prefill KV rows
-  expect_each_chunk_once<32, 64, 128>();   // bf16 d512 rows
-  expect_each_chunk_once<64, 8, 256>();    // the direct RoPE tail (8 chunks)
-  expect_each_chunk_once<16, 72, 128>();   // Q rows
-  expect_each_chunk_once<32, 28, 128>();   // 28 = 16 + 8 + 4
+  expect_each_chunk_once<32, 33, 128>();  // v32_fp8 raw rows, 16 x 32 decode tile (528 B)
+  expect_each_chunk_once<64, 41, 256>();  // v32_fp8 raw rows, 64-key tiles (656 B)
+  expect_each_chunk_once<32, 36, 128>();  // v4_fp8 raw rows, 32-key tiles (576 B)
+  expect_each_chunk_once<32, 41, 256>();  // paired head groups: half of a 64-key block
+  expect_each_chunk_once<64, 72, 256>();  // bf16 d576 rows into a swizzled tile
+  expect_each_chunk_once<64, 72, 128>();  // 16-row prefill KV rows
+  expect_each_chunk_once<32, 64, 128>();  // bf16 d512 rows
+  expect_each_chunk_once<64, 8, 256>();   // the direct RoPE tail (8 chunks)
+  expect_each_chunk_once<16, 72, 128>();  // Q rows
+  expect_each_chunk_once<32, 28, 128>();  // 28 = 16 + 8 + 4
 }
 
 TEST(RowChunkWalk, RowsNotAMultipleOfThePass) {

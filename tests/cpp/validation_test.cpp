@@ -172,8 +172,8 @@ TEST_P(DecodeValidation, RejectsWithClearMessageAndLeavesOutputs) {
     DecodePlan plan;
     ASSERT_NO_FATAL_FAILURE(plan_valid_decode(good, backend, &options, &plan));
     std::vector<uint8_t> workspace(plan.workspace_bytes + 1);
-    Status s = sparse_decode(bad, plan, workspace.data(), workspace.size(),
-                             DecodeSchedule::kBuild, options);
+    Status s = sparse_decode(bad, plan, workspace.data(), workspace.size(), DecodeSchedule::kBuild,
+                             options);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
     EXPECT_NE(s.message().find(GetParam().expected), std::string::npos)
         << "message: " << s.message() << "\nexpected to contain: " << GetParam().expected;
@@ -247,8 +247,8 @@ TEST(DecodeValidation, ArgumentsMustMatchThePlan) {
   ASSERT_NO_FATAL_FAILURE(plan_valid_decode(a, Backend::kCpu, &options, &plan));
   a.attn_sink.reset();
   std::vector<uint8_t> workspace(plan.workspace_bytes + 1);
-  Status s = sparse_decode(a, plan, workspace.data(), workspace.size(), DecodeSchedule::kBuild,
-                           options);
+  Status s =
+      sparse_decode(a, plan, workspace.data(), workspace.size(), DecodeSchedule::kBuild, options);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("do not match the plan: presence of attn_sink"), std::string::npos)
       << s.message();

@@ -19,7 +19,7 @@
 namespace sparse_mla::cuda {
 namespace {
 
-constexpr int kDv = 512;  // SPEC: d_v is 512 for every model
+constexpr int kDv = 512;       // SPEC: d_v is 512 for every model
 constexpr int kThreads = 256;  // 8 warps
 
 // How a CTA's 8 warps cover (query, head, columns).
@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
       a.partial_out + (static_cast<int64_t>(begin) * a.h_q + head) * kDv + col0;
   // Rows of pieces [first, first + kPiecesPerChunk) that exist. An empty piece's row (lse -inf)
   // is loaded but never used: its bytes may be anything, NaN included.
-  auto load_chunk = [&](int first, float4 (&rows)[kPiecesPerChunk][kFloat4PerLane]) {
+  auto load_chunk = [&](int first, float4(&rows)[kPiecesPerChunk][kFloat4PerLane]) {
 #pragma unroll
     for (int j = 0; j < kPiecesPerChunk; ++j) {
       if (first + j >= num_splits) break;
@@ -221,8 +221,8 @@ Status launch_combine_grid(const CombineArgs& args, bool vector_store, int64_t n
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(num_queries),
-                        static_cast<unsigned>(Tiling::head_ctas(args.h_q)));
+  config.gridDim =
+      dim3(static_cast<unsigned>(num_queries), static_cast<unsigned>(Tiling::head_ctas(args.h_q)));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = 0;
   config.stream = stream;

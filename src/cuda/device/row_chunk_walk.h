@@ -28,7 +28,8 @@ SMLA_HOST_DEVICE inline void for_each_row_chunk(int thread, Visit&& visit) {
     // Unrolled by 4, not fully: the decode kernels issue the next block's gather with the
     // accumulators live, at their register caps. nvcc 13.0, sm_90a: full unrolling spilled 4-28 B
     // in the 16-row FP8 tiles (168-register cap); by 4 none spills but v4fp8_h16_k32 (4 B, was 8),
-    // v4fp8_h64_k32 (8 B, was 4) and bf16d576_h64 (32 B, was 0); v32fp8_h64 no longer spills (was 12).
+    // v4fp8_h64_k32 (8 B, was 4) and bf16d576_h64 (32 B, was 0); v32fp8_h64 no longer spills (was
+    // 12).
 #if defined(__CUDACC__)
 #pragma unroll 4
 #endif

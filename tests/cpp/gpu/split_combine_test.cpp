@@ -180,9 +180,8 @@ void run_case(const CombineCase& cc, uint64_t seed) {
 TEST(SplitCombineGpu, MatchesHostMerge) {
   SMLA_SKIP_WITHOUT_GPU();
   const CombineCase cases[] = {
-      {2, 1, 16, 8, true}, {3, 2, 128, 0, true}, {5, 4, 64, 1, true},
-      {1, 1, 8, 8, false}, {7, 3, 20, 3, true},  {64, 2, 16, 8, false},
-      {2, 2, 5, 1, true},  {9, 1, 13, 0, false},
+      {2, 1, 16, 8, true}, {3, 2, 128, 0, true},  {5, 4, 64, 1, true}, {1, 1, 8, 8, false},
+      {7, 3, 20, 3, true}, {64, 2, 16, 8, false}, {2, 2, 5, 1, true},  {9, 1, 13, 0, false},
   };
   uint64_t seed = 11;
   for (const CombineCase& cc : cases) {

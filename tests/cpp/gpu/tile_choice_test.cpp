@@ -111,9 +111,12 @@ TEST(TileChoice, Sm89FallsBackToFewerHeadRows) {
 TEST(TileChoice, EveryShapeRunsOnEveryDeviceClass) {
   SMLA_SKIP_UNLESS_ALL_KERNELS();
   const TileSmemFn shapes[] = {
-      decode_smem<KvCacheFormat::kV32Fp8, 576>(), decode_smem<KvCacheFormat::kV4Fp8, 512>(),
-      decode_smem<KvCacheFormat::kBf16, 576>(),   decode_smem<KvCacheFormat::kBf16, 512>(),
-      prefill_smem<576>(),                        prefill_smem<512>(),
+      decode_smem<KvCacheFormat::kV32Fp8, 576>(),
+      decode_smem<KvCacheFormat::kV4Fp8, 512>(),
+      decode_smem<KvCacheFormat::kBf16, 576>(),
+      decode_smem<KvCacheFormat::kBf16, 512>(),
+      prefill_smem<576>(),
+      prefill_smem<512>(),
   };
   for (const int smem_optin : {kSm89, kSm80, kSm90}) {
     for (const TileSmemFn& smem : shapes) {
@@ -144,8 +147,8 @@ constexpr FakeEntry kFakeTable[] = {
 TEST(TileChoice, EntryTableChoice) {
   std::string why;
   auto format0 = [](const FakeEntry& e) { return e.format == 0; };
-  const FakeEntry* e = choose_tile_entry(std::span<const FakeEntry>(kFakeTable), format0, 32, 64,
-                                         0, 101376, &why);
+  const FakeEntry* e =
+      choose_tile_entry(std::span<const FakeEntry>(kFakeTable), format0, 32, 64, 0, 101376, &why);
   ASSERT_NE(e, nullptr) << why;
   EXPECT_EQ(e->format, 0);
   EXPECT_EQ(e->rows, 32);

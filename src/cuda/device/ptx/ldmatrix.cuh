@@ -1,6 +1,6 @@
-// ldmatrix.sync.aligned.m8n8.{x4,x2}{.trans}.shared.b16: four (two) 8x8 b16 matrices from shared memory into
-// mma.sync fragments. Lanes 8i..8i+7 supply the 16-B row addresses of matrix i; the kernels'
-// address recipes are in src/cuda/portable/common/tile_mma.cuh.
+// ldmatrix.sync.aligned.m8n8.{x4,x2}{.trans}.shared.b16: four (two) 8x8 b16 matrices from shared
+// memory into mma.sync fragments. Lanes 8i..8i+7 supply the 16-B row addresses of matrix i; the
+// kernels' address recipes are in src/cuda/portable/common/tile_mma.cuh.
 #pragma once
 
 #include <cstdint>

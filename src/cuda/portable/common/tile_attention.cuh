@@ -1,6 +1,7 @@
 // The per-warp math of one block of Shape::kBlockKeys (64 or 32) keys, shared by the portable
 // prefill and decode kernels:
-//   score      S = Q K^T for the warp's rows x kKeysPerWarp keys (mma.sync m16n8k16, ldmatrix from the
+//   score      S = Q K^T for the warp's rows x kKeysPerWarp keys (mma.sync m16n8k16, ldmatrix from
+//   the
 //              swizzled Q and KV tiles; warps owning one m16 x n8 tile split d_qk in pairs),
 //              scaled to the log2 domain, invalid keys -> -inf;
 //   softmax    row max across the 4 warps of a row group (shared memory + named barrier),
@@ -185,10 +186,9 @@ __device__ __forceinline__ void score_block(uint32_t q_tile, uint32_t kv_tile, c
 // fp32 scratch. valid: [kBlockKeys] flags of this block. Ends with the row group's barrier,
 // after which P is complete.
 template <class Shape>
-__device__ __forceinline__ void softmax_block(ScoreTile<Shape>& s,
-                                              const uint8_t* valid, float scale_log2,
-                                              float* red_max, uint8_t* p_tile, const WarpPlace& w,
-                                              WarpAccum<Shape>& acc) {
+__device__ __forceinline__ void softmax_block(ScoreTile<Shape>& s, const uint8_t* valid,
+                                              float scale_log2, float* red_max, uint8_t* p_tile,
+                                              const WarpPlace& w, WarpAccum<Shape>& acc) {
   const int g = w.lane >> 2, t = w.lane & 3;
   const int barrier_id = 1 + w.row_group;
   const int barrier_threads = Shape::kKeyGroups * 32;

@@ -33,7 +33,7 @@ enum NamedBarrier : int { kRowMaxReady = 1, kPReady = 2, kRowSumReady = 3 };
 // A [rows][d_qk] bf16 tile as panels of [rows][64 dims], 128-B rows, 16-B chunks XOR-swizzled by
 // row % 8 (the SWIZZLE_128B layout of wgmma and TMA; cuda/device/smem_tile.cuh).
 template <int kDqk>
-inline constexpr int kTileBytes = kHeadRows * kDqk * 2;
+inline constexpr int kTileBytes = kHeadRows* kDqk * 2;
 inline constexpr int kPanelBytes = 64 * 128;  // one [64 rows][64 dims] panel
 
 // Shared memory, d_qk 576: 73,728 Q + 2 x 73,728 KV + 8,192 P + 1,152 row statistics and

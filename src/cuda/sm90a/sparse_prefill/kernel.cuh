@@ -124,7 +124,9 @@ struct ConsumerPlace {
     row[1] = row[0] + 8;
   }
   // Column (key or output dim) of accumulator i within its 8-wide slice pattern.
-  __device__ __forceinline__ int col(int i) const { return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1); }
+  __device__ __forceinline__ int col(int i) const {
+    return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+  }
 };
 
 // S[64 heads, 32 keys] = Q K^T over keys [32 wg, +32) of stage `kv`: d_qk / 16 k-steps.
@@ -305,7 +307,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // wgmma's 128-B swizzle is computed from address bits: tiles must sit on 1 KiB boundaries.
-  auto& sm = *reinterpret_cast<Smem<kDqk>*>(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
+  auto& sm =
+      *reinterpret_cast<Smem<kDqk>*>(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
   const int thread = threadIdx.x;
   const int64_t token = blockIdx.x / head_groups;
   const int head0 = static_cast<int>(blockIdx.x % head_groups) * kHeadRows;

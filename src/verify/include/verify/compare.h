@@ -22,9 +22,9 @@ inline constexpr Tolerance kDecodeLse{1e-6, 8.0 / 65536, 0.0};
 struct CompareResult {
   bool ok = true;
   int64_t mismatches = 0;
-  int64_t first_bad = -1;     // flat index of the first failing element
+  int64_t first_bad = -1;  // flat index of the first failing element
   double max_abs_err = 0, max_rel_err = 0, cos_diff = 0;
-  std::string message;        // "out: 3 of 65536 elements off, first at 17: got 0.5 expected 0.25 ..."
+  std::string message;  // "out: 3 of 65536 elements off, first at 17: got 0.5 expected 0.25 ..."
 };
 
 CompareResult compare(std::string_view name, std::span<const float> got,

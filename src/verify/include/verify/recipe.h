@@ -23,20 +23,20 @@ struct PrefillRecipe {
   int64_t s_q = 4, s_kv = 256, h_q = 16, d_qk = 576, topk = 64;
   bool attn_sink = true;
   bool topk_length = true;
-  bool padded_strides = true;     // q/kv/indices/outputs get row padding
-  bool invalid_indices = true;    // mix in every kind of invalid index
-  bool empty_queries = true;      // some queries with no valid slot at all
+  bool padded_strides = true;   // q/kv/indices/outputs get row padding
+  bool invalid_indices = true;  // mix in every kind of invalid index
+  bool empty_queries = true;    // some queries with no valid slot at all
   bool poison_unused_rows = true;
-  float sm_scale = 0.0f;          // 0 = d_qk ** -0.5
+  float sm_scale = 0.0f;  // 0 = d_qk ** -0.5
   uint64_t seed = 1;
 };
 
 struct DecodeRecipe {
   int64_t b = 2, s_q = 1, h_q = 16, topk = 64;
   KvCacheFormat format = KvCacheFormat::kV32Fp8;
-  int d_qk = 0;                   // 0 = the format's d_qk (bf16 format: 576)
+  int d_qk = 0;  // 0 = the format's d_qk (bf16 format: 576)
   int64_t page_block_size = 64;
-  int64_t num_blocks = 0;         // 0 = enough for ~2x the indexed slots
+  int64_t num_blocks = 0;  // 0 = enough for ~2x the indexed slots
   bool topk_length = true;
   bool topk_length_per_token = false;
   bool attn_sink = true;
@@ -46,7 +46,7 @@ struct DecodeRecipe {
   int64_t extra_num_blocks = 0;
   bool extra_topk_length = true;  // only with extra_cache
   bool extra_topk_length_per_token = false;
-  bool padded_strides = true;     // q/indices/outputs padded, block stride padded
+  bool padded_strides = true;  // q/indices/outputs padded, block stride padded
   bool invalid_indices = true;
   bool empty_queries = true;
   bool poison_unused_rows = true;
@@ -59,14 +59,14 @@ struct DecodeRecipe {
 struct PrefillCase {
   PrefillRecipe recipe;
   SparsePrefillProblem problem;
-  std::vector<uint16_t> q, kv;      // bf16 bits, padded layout
+  std::vector<uint16_t> q, kv;  // bf16 bits, padded layout
   std::vector<int32_t> indices, topk_length;
   std::vector<float> attn_sink;
   TensorView q_view, kv_view, indices_view;
   std::optional<TensorView> attn_sink_view, topk_length_view;
   float sm_scale = 0.0f;
-  int64_t attended = 0;             // sum of effective topk (for FLOP counts)
-  int64_t valid_slots = 0;          // valid (query, slot) pairs
+  int64_t attended = 0;     // sum of effective topk (for FLOP counts)
+  int64_t valid_slots = 0;  // valid (query, slot) pairs
 
   // Arguments whose outputs are the given host/device views (shapes [s_q,h_q,512], [s_q,h_q]).
   SparsePrefillArgs args(TensorView out, TensorView max_logits, TensorView lse) const;
@@ -75,8 +75,8 @@ struct PrefillCase {
 struct DecodeCase {
   DecodeRecipe recipe;
   SparseDecodeProblem problem;
-  std::vector<uint16_t> q;          // bf16 bits, padded layout
-  std::vector<uint8_t> cache, extra_cache;   // quantized, padded block stride
+  std::vector<uint16_t> q;                  // bf16 bits, padded layout
+  std::vector<uint8_t> cache, extra_cache;  // quantized, padded block stride
   std::vector<int32_t> indices, extra_indices, topk_length, extra_topk_length;
   std::vector<float> attn_sink;
   TensorView q_view, indices_view;
@@ -85,7 +85,7 @@ struct DecodeCase {
   std::optional<TensorView> topk_length_view, attn_sink_view, extra_indices_view,
       extra_topk_length_view;
   std::optional<float> softmax_scale;
-  int64_t attended = 0;             // attended slots, main + extra (nominal FLOP count)
+  int64_t attended = 0;  // attended slots, main + extra (nominal FLOP count)
   int64_t retrieved_main = 0, retrieved_extra = 0;  // distinct valid slots read
 
   SparseDecodeArgs args(TensorView out, TensorView lse) const;
@@ -108,12 +108,12 @@ Status upload(const DecodeCase& c, Device device, DeviceDecodeInputs* out);
 
 // Host outputs of the right shapes (contiguous), with views.
 struct PrefillOutputs {
-  std::vector<uint16_t> out;   // [s_q, h_q, d_v] bf16
+  std::vector<uint16_t> out;  // [s_q, h_q, d_v] bf16
   std::vector<float> max_logits, lse;
   TensorView out_view, max_logits_view, lse_view;
 };
 struct DecodeOutputs {
-  std::vector<uint16_t> out;   // [b, s_q, h_q, d_v] bf16
+  std::vector<uint16_t> out;  // [b, s_q, h_q, d_v] bf16
   std::vector<float> lse;
   TensorView out_view, lse_view;
 };
