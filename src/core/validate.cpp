@@ -70,8 +70,10 @@ ByteRange byte_range(const TensorView& t) {
 ByteRange byte_range(const KvCacheView& c) {
   if (c.num_blocks <= 0) return {};
   const auto begin = reinterpret_cast<uintptr_t>(c.data);
+  // The last block ends with its last token's bytes: a v4_fp8 block's padding to 576 B is never
+  // read, and a packed copy (torch's clone of the last block) need not hold it.
   const int64_t bytes = (c.num_blocks - 1) * c.block_stride_bytes +
-                        kv_cache_min_block_stride(c.format, c.page_block_size, c.d_qk);
+                        c.page_block_size * kv_cache_bytes_per_token(c.format, c.d_qk);
   return {begin, begin + static_cast<uintptr_t>(bytes)};
 }
 

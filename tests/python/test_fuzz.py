@@ -53,7 +53,11 @@ def perturb_tensor(draw, t: torch.Tensor) -> torch.Tensor:
         v = t.clone()
         if v.numel():
             flat = v.view(-1) if v.is_contiguous() else v.reshape(-1)
-            flat[draw(st.integers(0, flat.numel() - 1))] = draw(st.sampled_from(INDEX_VALUES))
+            value = draw(st.sampled_from(INDEX_VALUES))
+            if t.dtype in (torch.uint8, torch.int8, torch.bool):  # a byte-wide tensor's range
+                value = value % 256 if t.dtype == torch.uint8 else (value % 256) - 128
+                value = bool(value) if t.dtype == torch.bool else value
+            flat[draw(st.integers(0, flat.numel() - 1))] = value
             v = flat.view(t.shape)
         return v
     if kind == "values":  # finite rescaling (non-finite q or kv values have no reference)
