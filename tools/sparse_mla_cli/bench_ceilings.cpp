@@ -9,7 +9,7 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-// H200 ceilings measured for PERFORMANCE.md: dense bf16 GEMM (8192^3, torch) and
+// H200 ceilings measured for docs/flashmla_baseline.md: dense bf16 GEMM (8192^3, torch) and
 // device-to-device copy (bytes read + written).
 constexpr double kH200FlopPerS = 791e12;
 constexpr double kH200BytesPerS = 4.25e12;
@@ -20,8 +20,8 @@ Ceilings gpu_ceilings(Device device, Json* record) {
   Ceilings c;
   c.flop_per_s = kH200FlopPerS;
   c.bytes_per_s = kH200BytesPerS;
-  c.flop_source = "H200 dense bf16 GEMM, PERFORMANCE.md";
-  c.bytes_source = "H200 device-to-device copy, PERFORMANCE.md";
+  c.flop_source = "H200 dense bf16 GEMM, docs/flashmla_baseline.md";
+  c.bytes_source = "H200 device-to-device copy, docs/flashmla_baseline.md";
   (*record)["flop_per_s"] = c.flop_per_s;
   (*record)["flop_source"] = c.flop_source;
   (*record)["bytes_per_s"] = c.bytes_per_s;

@@ -1,5 +1,6 @@
-// The ceilings `sparse-mla bench` reports every row against: PERFORMANCE.md's H200 figures on a
-// GPU, and on the host the best fp32 GEMM rate and copy bandwidth sampled over the whole run.
+// The ceilings `sparse-mla bench` reports every row against: docs/flashmla_baseline.md's H200
+// figures on a GPU, and on the host the best fp32 GEMM rate and copy bandwidth sampled over the
+// whole run.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,7 +11,8 @@
 
 namespace sparse_mla::cli::bench {
 
-// GPU ceilings: PERFORMANCE.md's H200 numbers, plus this device's copy bandwidth for the record.
+// GPU ceilings: docs/flashmla_baseline.md's H200 numbers, plus this device's copy bandwidth for the
+// record.
 Ceilings gpu_ceilings(Device device, nlohmann::ordered_json* record);
 
 // CPU ceilings are the best the machine showed during the run. The machine is shared: a single

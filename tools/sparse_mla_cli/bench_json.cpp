@@ -91,7 +91,7 @@ Json case_json(const CaseResult& r, Backend backend, const Ceilings& ceil,
     j["anchor"] = {
         {"us", r.full.anchor->us},
         {"tflop_per_s", r.full.anchor->tflops > 0 ? Json(r.full.anchor->tflops) : Json()},
-        {"what", r.full.anchor->note + ", H200, PERFORMANCE.md"}};
+        {"what", r.full.anchor->note + ", H200, docs/flashmla_baseline.md"}};
   }
   std::optional<double> ratio = anchor_ratio(r, backend);
   j["anchor_time_over_ours"] = ratio ? Json(*ratio) : Json();

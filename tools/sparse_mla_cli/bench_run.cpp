@@ -19,7 +19,7 @@ namespace sparse_mla::cli::bench {
 
 namespace {
 
-// PERFORMANCE.md: median of >= 20 runs on a GPU.
+// docs/flashmla_baseline.md: median of >= 20 runs on a GPU.
 constexpr int kGpuRuns = 20;
 constexpr int kGpuWarmup = 3;
 // CPU: as many runs as fit --time_budget, at least 3 (a median needs a few) and at most 20
@@ -71,8 +71,8 @@ Status time_case(const std::function<Status()>& fn, Device device, const Setting
   return time_runs_as_set(fn, device, s, 0, runs, r);
 }
 
-// Realistic data for timing (PERFORMANCE.md: "use the test recipe's random data"): every index
-// valid, no NaN-poisoned rows, no empty queries, no sinks or lengths, contiguous tensors.
+// Realistic data for timing (docs/flashmla_baseline.md: "use the test recipe's random data"): every
+// index valid, no NaN-poisoned rows, no empty queries, no sinks or lengths, contiguous tensors.
 verify::PrefillRecipe prefill_recipe(const PrefillShape& p, uint64_t seed) {
   verify::PrefillRecipe r;
   r.s_q = p.s_q;

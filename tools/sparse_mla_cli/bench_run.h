@@ -1,7 +1,7 @@
 // One case of `sparse-mla bench`: make the test recipe's data, run it through the public API on
 // the chosen back end, time it (--timing), and verify the outputs against the reference.
-// Timing follows PERFORMANCE.md: median of >= 20 runs with L2 flushed on a GPU; decode time is
-// schedule build + attention + combine, the plan made once outside the timed region.
+// Timing follows docs/flashmla_baseline.md: median of >= 20 runs with L2 flushed on a GPU; decode
+// time is schedule build + attention + combine, the plan made once outside the timed region.
 #pragma once
 
 #include <chrono>

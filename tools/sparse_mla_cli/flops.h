@@ -1,5 +1,5 @@
-// The work of one call, counted exactly as PERFORMANCE.md ("How to count") says, so that every
-// number the CLI prints compares with the FlashMLA anchors. FLOPs are nominal: invalid slots
+// The work of one call, counted exactly as docs/flashmla_baseline.md ("How to count") says, so that
+// every number the CLI prints compares with the FlashMLA anchors. FLOPs are nominal: invalid slots
 // inside topk (or topk_length) count as work.
 #pragma once
 

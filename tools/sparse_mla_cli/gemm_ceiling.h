@@ -1,7 +1,7 @@
 // The machine's ceilings, measured in the run that reports against them: the fp32 GEMM rate
 // (OpenBLAS cblas_sgemm, all cores) that the CPU back end's GFLOP/s is a percentage of
-// (PERFORMANCE.md goal: >= 30 %), the host copy bandwidth (bytes read + written) that its bytes
-// floor uses, and a GPU's device-to-device copy bandwidth.
+// (docs/flashmla_baseline.md goal: >= 30 %), the host copy bandwidth (bytes read + written) that
+// its bytes floor uses, and a GPU's device-to-device copy bandwidth.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +52,8 @@ struct CopyBandwidth {
 CopyBandwidth measure_host_copy(size_t buffer_bytes, int repeats);
 
 // Device-to-device copy of `buffer_bytes` on a CUDA device, timed with events (runtime.h
-// time_runs); PERFORMANCE.md's 4.25 TB/s is this number on an H200. nullopt when it fails.
+// time_runs); docs/flashmla_baseline.md's 4.25 TB/s is this number on an H200. nullopt when it
+// fails.
 std::optional<CopyBandwidth> measure_device_copy(Device device, size_t buffer_bytes, int repeats);
 
 }  // namespace sparse_mla::cli

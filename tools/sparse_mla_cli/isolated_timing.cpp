@@ -82,7 +82,7 @@ class CudaResources {
     if (flush_l2) {
       int l2_bytes = 0;
       SMLA_CLI_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-      // 2x the L2 (PERFORMANCE.md), at least 64 MiB, as the queued timing flushes.
+      // 2x the L2 (docs/flashmla_baseline.md), at least 64 MiB, as the queued timing flushes.
       flush_bytes_ = std::max<size_t>(2 * static_cast<size_t>(l2_bytes), size_t{64} << 20);
       SMLA_CLI_CUDA(cudaMalloc(&flush_, flush_bytes_));
     }

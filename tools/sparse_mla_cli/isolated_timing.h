@@ -1,6 +1,6 @@
-// Isolated-call timing (`sparse-mla bench --timing isolated`, PERFORMANCE.md "How to time"):
-// the host time one call costs, which runs queued back to back behind the L2-flush fill hide,
-// and the device time of the same call without host time in it.
+// Isolated-call timing (`sparse-mla bench --timing isolated`, docs/flashmla_baseline.md "How to
+// time"): the host time one call costs, which runs queued back to back behind the L2-flush fill
+// hide, and the device time of the same call without host time in it.
 #pragma once
 
 #include <functional>

@@ -1,5 +1,5 @@
-// The benchmark suites (suites.h). Shapes and anchors are PERFORMANCE.md's tables; where that page
-// leaves a size open it is chosen here, with the reason beside it.
+// The benchmark suites (suites.h). Shapes and anchors are docs/flashmla_baseline.md's tables; where
+// that page leaves a size open it is chosen here, with the reason beside it.
 #include "suites.h"
 
 #include <algorithm>
@@ -9,17 +9,18 @@ namespace sparse_mla::cli {
 
 namespace {
 
-// Decode cache length per request. PERFORMANCE.md: V4 cases use s_k = 16384 for both caches;
-// V3.2 decode uses the same length (its table gives none). The topk-16384 cases need a longer
-// cache so that a request's topk is a real selection, not every token: twice topk.
+// Decode cache length per request. docs/flashmla_baseline.md: V4 cases use s_k = 16384 for both
+// caches; V3.2 decode uses the same length (its table gives none). The topk-16384 cases need a
+// longer cache so that a request's topk is a real selection, not every token: twice topk.
 constexpr int64_t kDecodeCacheTokens = 16384;
 constexpr int64_t kLongTopk = 16384;
 constexpr int64_t kLongTopkCacheTokens = 2 * kLongTopk;
 // Page sizes: V3.2 and the V4 compressed (extra) cache use FlashMLA's 64-token page; the V4
-// sliding-window (main) cache uses 256 (PERFORMANCE.md).
+// sliding-window (main) cache uses 256 (docs/flashmla_baseline.md).
 constexpr int64_t kPage64 = 64;
 constexpr int64_t kV4MainPage = 256;
-// Query tokens per request in the decode rows of PERFORMANCE.md (MTP decoding), and prefill s_q.
+// Query tokens per request in the decode rows of docs/flashmla_baseline.md (MTP decoding), and
+// prefill s_q.
 constexpr int64_t kDecodeSq = 2;
 constexpr int64_t kPrefillSq = 4096;
 
@@ -113,9 +114,9 @@ void add_v4_pro(std::vector<BenchCase>* cases) {
 
 // Tensor-parallel head shards: each problem at 8..128 heads per GPU, so the goals "decode at
 // h_q=16 <= 0.5x the time at h_q=64" and "prefill at h_q=16/32 keeps >= 60 % of the h_q=128
-// TFLOP/s" can be read off. The small-head decode problem is PERFORMANCE.md's: V4, main topk 128
-// page 256 + extra 512 page 64, one query token per request, T requests; FlashMLA pads 8/16
-// heads to 64 and its padded time is the anchor there.
+// TFLOP/s" can be read off. The small-head decode problem is docs/flashmla_baseline.md's: V4, main
+// topk 128 page 256 + extra 512 page 64, one query token per request, T requests; FlashMLA pads
+// 8/16 heads to 64 and its padded time is the anchor there.
 void add_tp_shards(std::vector<BenchCase>* cases) {
   const std::string s = "tp-shards";
   const int64_t heads[] = {8, 16, 32, 64, 128};

@@ -1,4 +1,4 @@
-// Benchmark cases and the named suites of `sparse-mla bench`: the rows of PERFORMANCE.md
+// Benchmark cases and the named suites of `sparse-mla bench`: the rows of docs/flashmla_baseline.md
 // (DeepSeek V3.2, V4 Flash, V4 Pro prefill and decode at full size, with FlashMLA's H200 time
 // as the anchor) and `tp-shards` (the same problems at 8..128 heads per GPU). A case can be
 // scaled down (fewer query tokens / requests) so the suites also run on a CPU.
@@ -15,7 +15,8 @@
 
 namespace sparse_mla::cli {
 
-// FlashMLA's sparse kernels on one H200 (PERFORMANCE.md, run of 2026-11-29, +-3 % noise).
+// FlashMLA's sparse kernels on one H200 (docs/flashmla_baseline.md, run of 2026-11-29, +-3 %
+// noise).
 struct Anchor {
   double us = 0;      // kernel time (decode: split kernel + combine)
   double tflops = 0;  // as FlashMLA's own counter reported it; 0 = not in the table

@@ -28,7 +28,7 @@ std::string fixed(double value, int digits) {
   return buf;
 }
 
-// Three significant digits, as the anchors in PERFORMANCE.md are written.
+// Three significant digits, as the anchors in docs/flashmla_baseline.md are written.
 std::string three_digits(double v) {
   int digits = v >= 100 ? 0 : (v >= 10 ? 1 : 2);
   return fixed(v, digits);

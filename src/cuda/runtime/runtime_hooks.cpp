@@ -34,8 +34,8 @@ Status l2_flush_buffer(int device, FlushBuffer* out) {
   if (buffer.data == nullptr) {
     int l2_bytes = 0;
     SMLA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-    // 2x the L2 size (PERFORMANCE.md): writing that much leaves no line of the previous run; the
-    // 64 MiB floor covers devices that report no L2 size.
+    // 2x the L2 size (docs/flashmla_baseline.md): writing that much leaves no line of the previous
+    // run; the 64 MiB floor covers devices that report no L2 size.
     size_t bytes = std::max<size_t>(2 * static_cast<size_t>(l2_bytes), size_t{64} << 20);
     SMLA_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer.data, bytes));
     buffer.bytes = bytes;
