@@ -68,6 +68,19 @@ bool knobs_valid(std::string* why_not) {
 
 // ---- prefill -------------------------------------------------------------------------------
 
+// d_v and h_q every CUDA prefill kernel takes (d_qk: each kernel's own rows).
+bool prefill_shape_supported(const SparsePrefillProblem& problem, std::string* why_not) {
+  if (problem.d_v != 512) {
+    *why_not = "d_v must be 512, got " + std::to_string(problem.d_v);
+    return false;
+  }
+  if (problem.h_q < 1 || problem.h_q > 128) {
+    *why_not = "h_q must be in [1, 128], got " + std::to_string(problem.h_q);
+    return false;
+  }
+  return true;
+}
+
 // The prefill tile for (d_qk, h_q) on a device: the standard 64-key tiles where they fit, else
 // the compact 32-key ones, else fewer head rows (cuda/tile_choice.h). SMLA_PREFILL_BLOCK_KEYS
 // forces the key count (tests/cpp/CMakeLists.txt runs the GPU prefill tests both ways).
@@ -93,14 +106,7 @@ bool portable_prefill_supports(const SparsePrefillProblem& problem, std::string*
     *why_not = "tensors are not on a CUDA device";
     return false;
   }
-  if (problem.d_v != 512) {
-    *why_not = "d_v must be 512, got " + std::to_string(problem.d_v);
-    return false;
-  }
-  if (problem.h_q < 1 || problem.h_q > 128) {
-    *why_not = "h_q must be in [1, 128], got " + std::to_string(problem.h_q);
-    return false;
-  }
+  if (!prefill_shape_supported(problem, why_not)) return false;
   if (problem.d_qk != 576 && problem.d_qk != 512) {
     *why_not = "d_qk must be 576 or 512, got " + std::to_string(problem.d_qk);
     return false;
@@ -142,14 +148,7 @@ const cuda::Sm90aPrefillEntry* sm90a_prefill_entry(const SparsePrefillProblem& p
     *why_not = "tensors are not on a CUDA device";
     return nullptr;
   }
-  if (problem.d_v != 512) {
-    *why_not = "d_v must be 512, got " + std::to_string(problem.d_v);
-    return nullptr;
-  }
-  if (problem.h_q < 1 || problem.h_q > 128) {
-    *why_not = "h_q must be in [1, 128], got " + std::to_string(problem.h_q);
-    return nullptr;
-  }
+  if (!prefill_shape_supported(problem, why_not)) return nullptr;
   const cuda::Sm90aPrefillEntry* entry = nullptr;
   for (const cuda::Sm90aPrefillEntry& e : cuda::sm90a_prefill_entries()) {
     if (e.d_qk == problem.d_qk) entry = &e;
