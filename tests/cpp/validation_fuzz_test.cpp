@@ -58,7 +58,7 @@ class Mutator {
         0, 1, 2, 3, 7, 64, 65, 577, (int64_t{1} << 31) - 1, int64_t{1} << 31, int64_t{1} << 32,
         int64_t{1} << 40, int64_t{1} << 62, std::numeric_limits<int64_t>::max(), -1,
         -(int64_t{1} << 31), std::numeric_limits<int64_t>::min(), (int64_t{1} << 31) + 1,
-        (int64_t{1} << 63) - 2, int64_t{1} << 53};
+        std::numeric_limits<int64_t>::max() - 1, int64_t{1} << 53};
     // clang-format on
     return kValues[pick(std::size(kValues))];
   }
