@@ -5,9 +5,8 @@
 //              the rows (invalid slots zero-filled from row 0, never read), write the slots'
 //              validity, arrive on the stage's full barrier when the copies land;
 //   consumers  per block: score their key half, exchange row maxima, online softmax, exchange P
-//              halves, accumulate their output half; the next block's scores are issued before
-//              waiting on this block's products, so the tensor cores never wait for a softmax
-//              that could overlap them;
+//              halves, accumulate their output half, then issue the next block's scores behind
+//              the products and release the stage as soon as the products retire;
 //   store      out (sink applied) straight from the accumulators, max_logits and lse in natural
 //              log by WG0.
 #pragma once
@@ -46,14 +45,14 @@ struct ProducerPlace {
       : group(t >> 3), chunk(t & 7), swizzled_chunk_bytes(((t & 7) ^ ((t >> 3) & 7)) << 4) {}
 };
 
-// Four rows of a [64, d_qk] tile from `src[r]` (readable addresses), zero-filled where !valid.
-// Rows r in [kFirst, kFirst + kCount) of the thread's four.
-template <int kDqk, int kFirst = 0, int kCount = 4>
+// The thread's four rows of a [64, d_qk] tile from `src[r]` (readable addresses), zero-filled
+// where !valid.
+template <int kDqk>
 __device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at,
                                           const uint8_t* const (&src)[4], const bool (&valid)[4]) {
   constexpr int kPanels = kDqk / 64;
 #pragma unroll
-  for (int r = kFirst; r < kFirst + kCount; ++r) {
+  for (int r = 0; r < 4; ++r) {
     const uint32_t row_base = tile + (at.group + 16 * r) * 128 + at.swizzled_chunk_bytes;
     const uint8_t* row_src = src[r] + 16 * at.chunk;
 #pragma unroll
@@ -107,6 +106,9 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t 
     ptx::cp_async_mbarrier_arrive_noinc(full);
     if (at.chunk == 0) ptx::mbarrier_arrive(full);
   }
+  // Every copy has landed before the producer exits (a token without valid slots never waits
+  // for its Q, so nothing else would hold the CTA until Q's copies complete).
+  ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
 }
 
