@@ -106,9 +106,6 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t 
     ptx::cp_async_mbarrier_arrive_noinc(full);
     if (at.chunk == 0) ptx::mbarrier_arrive(full);
   }
-  // Every copy has landed before the producer exits (a token without valid slots never waits
-  // for its Q, so nothing else would hold the CTA until Q's copies complete).
-  ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
 }
 
