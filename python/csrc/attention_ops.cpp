@@ -13,6 +13,7 @@
 #include <cmath>
 #include <limits>
 #include <mutex>
+#include <span>
 
 #include "core/validate.h"
 #include "ops.h"
@@ -150,10 +151,12 @@ at::Tensor decode_workspace(const char* op, const at::Tensor& q,
   return at::empty({static_cast<int64_t>(plan.workspace_bytes)}, q.options().dtype(at::kByte));
 }
 
+// An argument by name (undefined when absent).
+using NamedTensor = std::pair<const char*, const at::Tensor*>;
+
 // `out` (an output or the workspace) must not share memory with any input.
-void check_disjoint_from_inputs(
-    const char* op, const char* out_name, const at::Tensor& out,
-    std::initializer_list<std::pair<const char*, const at::Tensor*>> inputs) {
+void check_disjoint_from_inputs(const char* op, const char* out_name, const at::Tensor& out,
+                                std::span<const NamedTensor> inputs) {
   for (const auto& [name, t] : inputs) check_disjoint(op, out_name, out, name, *t);
 }
 
@@ -165,7 +168,7 @@ const at::Tensor& or_undefined(const std::optional<at::Tensor>& t) {
 void run_decode(const char* op, const at::Tensor& q, SparseDecodeArgs& args,
                 const std::optional<at::Tensor>& workspace, bool reuse_schedule,
                 const RunOptions& options, const DecodePlan& plan,
-                std::initializer_list<std::pair<const char*, const at::Tensor*>> all_tensors) {
+                std::span<const NamedTensor> all_tensors) {
   const at::Tensor buffer = decode_workspace(op, q, workspace, reuse_schedule, plan);
   if (workspace.has_value()) check_disjoint_from_inputs(op, "workspace", buffer, all_tensors);
   void* workspace_ptr = buffer.defined() ? buffer.data_ptr() : nullptr;
@@ -204,15 +207,15 @@ void sparse_prefill(const at::Tensor& q, const at::Tensor& kv, const at::Tensor&
   args.lse = to_view(kOp, "lse", lse);
   const at::Tensor& sink = or_undefined(attn_sink);
   const at::Tensor& lengths = or_undefined(topk_length);
+  const std::array<NamedTensor, 5> inputs = {{{"q", &q},
+                                              {"kv", &kv},
+                                              {"indices", &indices},
+                                              {"attn_sink", &sink},
+                                              {"topk_length", &lengths}}};
   for (auto [name, t] :
        {std::pair{"out", &out}, std::pair{"max_logits", &max_logits}, std::pair{"lse", &lse}}) {
     check_no_internal_overlap(kOp, name, *t);
-    check_disjoint_from_inputs(kOp, name, *t,
-                               {{"q", &q},
-                                {"kv", &kv},
-                                {"indices", &indices},
-                                {"attn_sink", &sink},
-                                {"topk_length", &lengths}});
+    check_disjoint_from_inputs(kOp, name, *t, inputs);
   }
   check_disjoint(kOp, "out", out, "max_logits", max_logits);
   check_disjoint(kOp, "out", out, "lse", lse);
@@ -286,34 +289,27 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
   const at::Tensor &lengths = or_undefined(topk_length), &sink = or_undefined(attn_sink),
                    &extra = or_undefined(extra_kv_cache), &e_idx = or_undefined(extra_indices),
                    &e_len = or_undefined(extra_topk_length);
+  // The inputs, then the outputs: the workspace must be disjoint from all of them.
+  const std::array<NamedTensor, 10> tensors = {{{"q", &q},
+                                                {"kv_cache", &kv_cache},
+                                                {"indices", &indices},
+                                                {"topk_length", &lengths},
+                                                {"attn_sink", &sink},
+                                                {"extra_kv_cache", &extra},
+                                                {"extra_indices", &e_idx},
+                                                {"extra_topk_length", &e_len},
+                                                {"out", &out},
+                                                {"lse", &lse}}};
   for (auto [name, t] : {std::pair{"out", &out}, std::pair{"lse", &lse}}) {
     check_no_internal_overlap(kOp, name, *t);
-    check_disjoint_from_inputs(kOp, name, *t,
-                               {{"q", &q},
-                                {"kv_cache", &kv_cache},
-                                {"indices", &indices},
-                                {"topk_length", &lengths},
-                                {"attn_sink", &sink},
-                                {"extra_kv_cache", &extra},
-                                {"extra_indices", &e_idx},
-                                {"extra_topk_length", &e_len}});
+    check_disjoint_from_inputs(kOp, name, *t, std::span(tensors).first(8));
   }
   check_disjoint(kOp, "out", out, "lse", lse);
 
   const c10::DeviceGuard guard(q.device());
   const RunOptions options = run_options_for(q.device());
   const DecodePlan plan = plan_for(args, options);
-  run_decode(kOp, q, args, workspace, reuse_schedule, options, plan,
-             {{"q", &q},
-              {"kv_cache", &kv_cache},
-              {"indices", &indices},
-              {"topk_length", &lengths},
-              {"attn_sink", &sink},
-              {"extra_kv_cache", &extra},
-              {"extra_indices", &e_idx},
-              {"extra_topk_length", &e_len},
-              {"out", &out},
-              {"lse", &lse}});
+  run_decode(kOp, q, args, workspace, reuse_schedule, options, plan, tensors);
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
@@ -342,15 +338,15 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
   const at::Tensor &lengths = or_undefined(topk_length), &sink = or_undefined(attn_sink),
                    &extra = or_undefined(extra_kv_cache), &e_idx = or_undefined(extra_indices),
                    &e_len = or_undefined(extra_topk_length);
-  run_decode(kOp, q, args, workspace, reuse_schedule, options, plan,
-             {{"q", &q},
-              {"kv_cache", &kv_cache},
-              {"indices", &indices},
-              {"topk_length", &lengths},
-              {"attn_sink", &sink},
-              {"extra_kv_cache", &extra},
-              {"extra_indices", &e_idx},
-              {"extra_topk_length", &e_len}});
+  const std::array<NamedTensor, 8> inputs = {{{"q", &q},
+                                              {"kv_cache", &kv_cache},
+                                              {"indices", &indices},
+                                              {"topk_length", &lengths},
+                                              {"attn_sink", &sink},
+                                              {"extra_kv_cache", &extra},
+                                              {"extra_indices", &e_idx},
+                                              {"extra_topk_length", &e_len}}};
+  run_decode(kOp, q, args, workspace, reuse_schedule, options, plan, inputs);
   return {std::move(out), std::move(lse)};
 }
 

@@ -119,6 +119,15 @@ def any_meta(values) -> bool:
     return any(isinstance(v, torch.Tensor) and v.device.type == "meta" for v in values)
 
 
+def all_meta_checked(values) -> bool:
+    """True when a call with a meta argument was accepted; then every tensor must be meta."""
+    if not any_meta(values):
+        return False
+    assert all(v.device.type == "meta" for v in values if isinstance(v, torch.Tensor)), \
+        "meta tensors mixed with real ones were accepted"
+    return True
+
+
 @st.composite
 def prefill_calls(draw):
     args = prefill_case(s_q=draw(st.integers(1, 3)), s_kv=draw(st.sampled_from([1, 7, 40])),
@@ -151,9 +160,7 @@ def test_fuzz_prefill(call):
     except ERRORS as error:
         check_error(error, "sparse_prefill")
         return
-    if any_meta(values):
-        assert all(v.device.type == "meta" for v in values if isinstance(v, torch.Tensor)), \
-            "meta tensors mixed with real ones were accepted"
+    if all_meta_checked(values):
         return
     assert d_v == 512
     want = sparse_prefill_reference(**args)
@@ -212,9 +219,7 @@ def test_fuzz_decode(call):
     except ERRORS as error:
         check_error(error, "_decode")
         return
-    if any_meta(values):
-        assert all(v.device.type == "meta" for v in values if isinstance(v, torch.Tensor)), \
-            "meta tensors mixed with real ones were accepted"
+    if all_meta_checked(values):
         return
     assert d_v == 512
     cache = args["kv_cache"]
