@@ -6,7 +6,8 @@
 //                                          valid iff 0 <= idx < num_blocks*page_block_size
 //   topk_length       [b] or [b, s_q]      int32, optional (per request / per query token)
 //   attn_sink         [h_q]                fp32, optional
-//   extra_kv_cache    second cache, same format, own page size and block count, optional
+//   extra_kv_cache    second cache, own page size and block count, optional: the main cache's
+//                     format, or with a v41_fp8 main cache v41_fp8 or v41_fp4 (either layout)
 //   extra_indices     [b, s_q, extra_topk] int32, required iff extra_kv_cache
 //   extra_topk_length [b] or [b, s_q]      int32, optional, only with extra_kv_cache
 //   out               [b, s_q, h_q, d_v]   bf16 (d_v = 512)
@@ -51,12 +52,19 @@ struct SparseDecodeArgs {
 struct SparseDecodeProblem {
   int64_t b = 0, s_q = 0, h_q = 0, d_qk = 0, d_v = 512, topk = 0;
   KvCacheFormat format = KvCacheFormat::kV32Fp8;
+  KvLayout kv_layout = KvLayout::kDefault;  // kDefault = the format's own layout
   int64_t page_block_size = 0;
   bool has_topk_length = false;
   bool topk_length_per_token = false;  // [b, s_q] rather than [b]
   bool has_attn_sink = false;
   bool has_extra = false;
   int64_t extra_topk = 0;
+  // The extra cache's format (nullopt: the main cache's) and layout (kDefault: its format's own).
+  // Only a v41_fp8 main cache takes another: v41_fp4. plan_sparse_decode and
+  // describe_sparse_decode store problems normalized (layouts resolved, extra_format set iff
+  // has_extra), so a hand-built problem and a described one compare equal.
+  std::optional<KvCacheFormat> extra_format;
+  KvLayout extra_kv_layout = KvLayout::kDefault;
   int64_t extra_page_block_size = 0;
   bool has_extra_topk_length = false;
   bool extra_topk_length_per_token = false;

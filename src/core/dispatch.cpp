@@ -142,6 +142,9 @@ uint64_t plan_fingerprint(const DecodePlan& plan) {
     f.add(static_cast<uint64_t>(v));
   }
   f.add(static_cast<uint64_t>(p.format));
+  f.add(static_cast<uint64_t>(p.kv_layout));
+  f.add(p.extra_format ? 1 + static_cast<uint64_t>(*p.extra_format) : 0);
+  f.add(static_cast<uint64_t>(p.extra_kv_layout));
   f.add((p.has_topk_length ? 1u : 0u) | (p.topk_length_per_token ? 2u : 0u) |
         (p.has_attn_sink ? 4u : 0u) | (p.has_extra ? 8u : 0u) |
         (p.has_extra_topk_length ? 16u : 0u) | (p.extra_topk_length_per_token ? 32u : 0u));
@@ -166,11 +169,16 @@ Status check_problem(const SparsePrefillProblem& p) {
   return validate_prefill_problem("sparse_prefill", p);
 }
 Status check_problem(const SparseDecodeProblem& p) { return validate_decode_problem(p); }
+SparsePrefillProblem normalized(const SparsePrefillProblem& p) { return p; }
+SparseDecodeProblem normalized(const SparseDecodeProblem& p) {
+  return normalized_decode_problem(p);
+}
 
 template <typename Kernel, typename Problem>
-std::vector<KernelAvailability> list_kernels(Operation op, const Problem& problem) {
+std::vector<KernelAvailability> list_kernels(Operation op, const Problem& given) {
   std::vector<KernelAvailability> result;
-  const Status valid = check_problem(problem);
+  const Status valid = check_problem(given);
+  const Problem problem = normalized(given);
   for (Backend backend : {Backend::kCuda, Backend::kCpu, Backend::kReference}) {
     for (const Kernel& k : table_for<Kernel>(backend)) {
       KernelAvailability a{k.name, backend, op, false, ""};
@@ -210,6 +218,9 @@ std::string first_difference(const SparseDecodeProblem& a, const SparseDecodePro
     return num("extra_page_block_size", a.extra_page_block_size, b.extra_page_block_size);
   }
   if (a.format != b.format) return "format";
+  if (a.kv_layout != b.kv_layout) return "kv_layout";
+  if (a.extra_format != b.extra_format) return "extra_format";
+  if (a.has_extra && (a.extra_kv_layout != b.extra_kv_layout)) return "extra_kv_layout";
   if (a.has_extra != b.has_extra) return "presence of extra_kv_cache";
   if (a.has_topk_length != b.has_topk_length) return "presence of topk_length";
   if (a.topk_length_per_token != b.topk_length_per_token) return "shape of topk_length";
@@ -251,11 +262,12 @@ Status describe_sparse_decode(const SparseDecodeArgs& args, SparseDecodeProblem*
   return {};
 }
 
-Status plan_sparse_decode(const SparseDecodeProblem& problem, DecodePlan* plan,
+Status plan_sparse_decode(const SparseDecodeProblem& given, DecodePlan* plan,
                           const RunOptions& options) {
   if (plan == nullptr) return invalid_argument("plan_sparse_decode: plan is null");
   SMLA_RETURN_IF_ERROR(detail::validate_run_options("plan_sparse_decode", options));
-  SMLA_RETURN_IF_ERROR(detail::validate_decode_problem(problem));
+  SMLA_RETURN_IF_ERROR(detail::validate_decode_problem(given));
+  const SparseDecodeProblem problem = detail::normalized_decode_problem(given);
   Backend backend;
   SMLA_RETURN_IF_ERROR(
       detail::resolve_backend("plan_sparse_decode", options.backend, problem.device, &backend));

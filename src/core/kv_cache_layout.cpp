@@ -9,11 +9,18 @@ std::string kv_cache_layout_error(const KvCacheView& cache, const std::string& w
                                   int64_t min_blocks) {
   auto str = [](int64_t v) { return std::to_string(v); };
   const std::string w = what + ".";
-  const KvCacheFormatInfo& info = kv_cache_format_info(cache.format);
-  if (info.format != cache.format) {  // the table's "unknown" row
+  if (kv_cache_format_info(cache.format).format != cache.format) {  // the "unknown" row
     return w + "format = " + str(static_cast<int>(cache.format)) +
            " is not a KV-cache format of this build";
   }
+  if (!kv_cache_layout_supported(cache.format, cache.layout)) {
+    const int layout = static_cast<int>(cache.layout);
+    const bool named = layout >= 0 && layout <= static_cast<int>(KvLayout::kTokenInterleaved);
+    return w + "layout = " + (named ? std::string(kv_layout_name(cache.layout)) : str(layout)) +
+           " is not a layout of format " + kv_cache_format_name(cache.format) + " (it is " +
+           kv_layout_name(resolve_kv_layout(cache.format, KvLayout::kDefault)) + ")";
+  }
+  const KvCacheFormatInfo& info = kv_cache_format_info(cache.format, cache.layout);
   const bool d_qk_ok =
       info.d_qk != 0 ? cache.d_qk == info.d_qk : (cache.d_qk == 512 || cache.d_qk == 576);
   if (!d_qk_ok) {
@@ -27,7 +34,7 @@ std::string kv_cache_layout_error(const KvCacheView& cache, const std::string& w
     return w + "page_block_size = " + str(cache.page_block_size) + " must be >= 1";
   }
   const int64_t min_stride =
-      kv_cache_min_block_stride(cache.format, cache.page_block_size, cache.d_qk);
+      kv_cache_min_block_stride(cache.format, cache.page_block_size, cache.d_qk, cache.layout);
   if (cache.block_stride_bytes < min_stride) {
     return w + "block_stride_bytes = " + str(cache.block_stride_bytes) +
            " is smaller than the minimum " + str(min_stride) + " for " + std::string(info.name) +
@@ -35,7 +42,8 @@ std::string kv_cache_layout_error(const KvCacheView& cache, const std::string& w
   }
   if (cache.block_stride_bytes % info.block_alignment != 0) {
     return w + "block_stride_bytes = " + str(cache.block_stride_bytes) + " is not a multiple of " +
-           str(info.block_alignment) + " as " + std::string(info.name) + " requires";
+           str(info.block_alignment) + " as " + std::string(info.name) + " " +
+           kv_layout_name(info.layout) + " requires";
   }
   if (cache.num_blocks > 0 &&
       cache.block_stride_bytes > std::numeric_limits<int64_t>::max() / cache.num_blocks) {

@@ -26,6 +26,17 @@ Status cuda_time_runs_impl(int, StreamHandle, const std::function<Status()>&, in
   return built_without_cuda();
 }
 
+Status cuda_quantize_kv_cache_impl(const TensorView&, const KvCacheView&, StreamHandle) {
+  return built_without_cuda();
+}
+Status cuda_dequantize_kv_cache_impl(const KvCacheView&, const TensorView&, StreamHandle) {
+  return built_without_cuda();
+}
+Status cuda_write_kv_cache_impl(const TensorView&, const TensorView&, const KvCacheView&,
+                                StreamHandle) {
+  return built_without_cuda();
+}
+
 std::span<const PrefillKernel> cuda_prefill_kernels() { return {}; }
 std::span<const DecodeKernel> cuda_decode_kernels() { return {}; }
 

@@ -39,6 +39,7 @@ struct PrefillParams {
 struct KvCacheParams {
   const uint8_t* data = nullptr;
   KvCacheFormat format = KvCacheFormat::kV32Fp8;
+  KvLayout layout = KvLayout::kTokenInterleaved;  // resolved: never kDefault
   int64_t num_blocks = 0;
   int64_t page_block_size = 0;
   int64_t block_stride_bytes = 0;

@@ -273,6 +273,32 @@ Status validate_kv_cache_view(const char* op, const char* what, const KvCacheVie
   return {};
 }
 
+bool extra_format_allowed(KvCacheFormat main, KvCacheFormat extra) {
+  if (main == KvCacheFormat::kV41Fp8) {
+    return extra == KvCacheFormat::kV41Fp8 || extra == KvCacheFormat::kV41Fp4;
+  }
+  return extra == main;
+}
+
+const char* extra_format_rule(KvCacheFormat main) {
+  return main == KvCacheFormat::kV41Fp8
+             ? "a v41_fp8 main cache takes a v41_fp8 or v41_fp4 extra cache"
+             : "the extra cache has the main cache's format";
+}
+
+SparseDecodeProblem normalized_decode_problem(const SparseDecodeProblem& problem) {
+  SparseDecodeProblem p = problem;
+  p.kv_layout = resolve_kv_layout(p.format, p.kv_layout);
+  if (p.has_extra) {
+    p.extra_format = p.extra_format.value_or(p.format);
+    p.extra_kv_layout = resolve_kv_layout(*p.extra_format, p.extra_kv_layout);
+  } else {
+    p.extra_format.reset();
+    p.extra_kv_layout = KvLayout::kDefault;
+  }
+  return p;
+}
+
 Status validate_decode_problem(const SparseDecodeProblem& pr) {
   Checker c("plan_sparse_decode");
   auto in_range = [&](const char* name, int64_t v, int64_t lo, int64_t hi) -> Status {
@@ -300,11 +326,27 @@ Status validate_decode_problem(const SparseDecodeProblem& pr) {
     return c.fail("problem.d_qk = " + std::to_string(pr.d_qk) + " does not match format " +
                   std::string(info.name));
   }
+  if (!kv_cache_layout_supported(pr.format, pr.kv_layout)) {
+    return c.fail(std::string("problem.kv_layout = ") + kv_layout_name(pr.kv_layout) +
+                  " is not a layout of format " + std::string(info.name));
+  }
   if (pr.has_extra) {
+    const KvCacheFormat extra = pr.extra_format.value_or(pr.format);
+    if (!extra_format_allowed(pr.format, extra)) {
+      return c.fail(std::string("problem.extra_format = ") + kv_cache_format_name(extra) +
+                    " cannot go with format = " + std::string(info.name) + " (" +
+                    extra_format_rule(pr.format) + ")");
+    }
+    if (!kv_cache_layout_supported(extra, pr.extra_kv_layout)) {
+      return c.fail(std::string("problem.extra_kv_layout = ") + kv_layout_name(pr.extra_kv_layout) +
+                    " is not a layout of format " + kv_cache_format_name(extra));
+    }
     SMLA_RETURN_IF_ERROR(in_range("extra_topk", pr.extra_topk, 1, INT32_MAX));
     SMLA_RETURN_IF_ERROR(in_range("extra_page_block_size", pr.extra_page_block_size, 1, INT32_MAX));
-  } else if (pr.extra_topk != 0 || pr.has_extra_topk_length) {
-    return c.fail("problem.extra_topk / has_extra_topk_length are set but has_extra is false");
+  } else if (pr.extra_topk != 0 || pr.has_extra_topk_length || pr.extra_format) {
+    return c.fail(
+        "problem.extra_topk / has_extra_topk_length / extra_format are set but has_extra is "
+        "false");
   }
   return {};
 }
@@ -452,6 +494,7 @@ Status validate_index_list(const Checker& c, const std::string& prefix, const Te
 KvCacheParams cache_params(const KvCacheView& v) {
   return KvCacheParams{static_cast<const uint8_t*>(v.data),
                        v.format,
+                       resolve_kv_layout(v.format, v.layout),
                        v.num_blocks,
                        v.page_block_size,
                        v.block_stride_bytes,
@@ -493,9 +536,10 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
   if (has_extra) {
     if (!a.extra_indices) return c.fail("extra_kv_cache is given without extra_indices");
     const KvCacheView& e = *a.extra_kv_cache;
-    if (e.format != a.kv_cache.format) {
+    if (!extra_format_allowed(a.kv_cache.format, e.format)) {
       return c.fail(std::string("extra_kv_cache.format = ") + kv_cache_format_name(e.format) +
-                    " differs from kv_cache.format = " + kv_cache_format_name(a.kv_cache.format));
+                    " cannot go with kv_cache.format = " + kv_cache_format_name(a.kv_cache.format) +
+                    " (" + extra_format_rule(a.kv_cache.format) + ")");
     }
     SMLA_RETURN_IF_ERROR(validate_kv_cache_view("sparse_decode", "extra_kv_cache", e));
     if (e.d_qk != d_qk) {
@@ -542,12 +586,17 @@ Status validate_decode(const SparseDecodeArgs& a, DecodeParams* p) {
   pr.d_v = a.d_v;
   pr.topk = main_list.topk;
   pr.format = a.kv_cache.format;
+  pr.kv_layout = resolve_kv_layout(a.kv_cache.format, a.kv_cache.layout);
   pr.page_block_size = a.kv_cache.page_block_size;
   pr.has_topk_length = a.topk_length.has_value();
   pr.topk_length_per_token = main_per_token;
   pr.has_attn_sink = a.attn_sink.has_value();
   pr.has_extra = has_extra;
   pr.extra_topk = has_extra ? extra_list.topk : 0;
+  if (has_extra) {
+    pr.extra_format = a.extra_kv_cache->format;
+    pr.extra_kv_layout = resolve_kv_layout(a.extra_kv_cache->format, a.extra_kv_cache->layout);
+  }
   pr.extra_page_block_size = has_extra ? a.extra_kv_cache->page_block_size : 0;
   pr.has_extra_topk_length = a.extra_topk_length.has_value();
   pr.extra_topk_length_per_token = extra_per_token;

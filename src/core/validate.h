@@ -21,6 +21,12 @@ Status validate_decode(const SparseDecodeArgs& args, DecodeParams* params);
 // Checks a problem handed to plan_sparse_decode directly (it need not come from
 // describe_sparse_decode): every size in range, a known format, consistent extra-cache fields.
 Status validate_decode_problem(const SparseDecodeProblem& problem);
+// The problem with its layouts resolved (never kDefault) and extra_format set iff has_extra:
+// the form plans hold and validate_decode produces.
+SparseDecodeProblem normalized_decode_problem(const SparseDecodeProblem& problem);
+// Which extra-cache formats go with a main cache format (SPEC §3), and the rule in words.
+bool extra_format_allowed(KvCacheFormat main, KvCacheFormat extra);
+const char* extra_format_rule(KvCacheFormat main);
 // The same for a prefill problem (what validate_prefill checks on shapes): `op` names the caller.
 Status validate_prefill_problem(const char* op, const SparsePrefillProblem& problem);
 

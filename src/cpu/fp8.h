@@ -131,8 +131,8 @@ struct KvTokenLayout {
   ScaleEncoding scale_encoding = ScaleEncoding::kNone;
 
   KvTokenLayout() = default;
-  KvTokenLayout(KvCacheFormat format, int64_t pbs, int64_t stride, int dims) {
-    const KvCacheFormatInfo& info = kv_cache_format_info(format);
+  KvTokenLayout(KvCacheFormat format, KvLayout kv_layout, int64_t pbs, int64_t stride, int dims) {
+    const KvCacheFormatInfo& info = kv_cache_format_info(format, kv_layout);
     page_block_size = pbs;
     block_stride = stride;
     d_qk = dims;
@@ -141,12 +141,10 @@ struct KvTokenLayout {
     num_scales = info.num_scales;
     tail_dims = d_qk - quantized_dims;
     scale_encoding = info.scale_encoding;
-    scale_bytes = info.scale_encoding == ScaleEncoding::kFloat32 ? 4
-                  : info.scale_encoding == ScaleEncoding::kUe8m0 ? 1
-                                                                 : 0;
+    scale_bytes = info.scale_bytes;
     data_row_bytes = info.data_row_bytes != 0 ? info.data_row_bytes : 2 * int64_t{d_qk};
-    tail_offset = info.rope_offset;
-    if (info.page_layout == PageLayout::kBlockSplit576) {
+    tail_offset = info.tail_offset;
+    if (info.layout == KvLayout::kPageSplit) {
       scale_block_offset = page_block_size * data_row_bytes;
       scale_token_stride = info.scale_row_bytes;
       scale_offset = 0;
@@ -175,7 +173,8 @@ class KvTokenReader {
  public:
   explicit KvTokenReader(const sparse_mla::detail::KvCacheParams& cache)
       : data_(cache.data),
-        layout_(cache.format, cache.page_block_size, cache.block_stride_bytes, cache.d_qk) {}
+        layout_(cache.format, cache.layout, cache.page_block_size, cache.block_stride_bytes,
+                cache.d_qk) {}
 
   int d_qk() const { return layout_.d_qk; }
   const KvTokenLayout& layout() const { return layout_; }

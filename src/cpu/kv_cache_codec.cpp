@@ -86,6 +86,7 @@ detail::KvCacheParams to_params(const KvCacheView& cache) {
   detail::KvCacheParams p;
   p.data = static_cast<const uint8_t*>(cache.data);
   p.format = cache.format;
+  p.layout = resolve_kv_layout(cache.format, cache.layout);
   p.num_blocks = cache.num_blocks;
   p.page_block_size = cache.page_block_size;
   p.block_stride_bytes = cache.block_stride_bytes;
@@ -154,10 +155,11 @@ Status check_dequantize_args(const KvCacheView& cache, const TensorView& kv_out)
 
 }  // namespace cpu
 
-Status quantize_kv_cache(const TensorView& kv_bf16, const KvCacheView& cache) {
+Status quantize_kv_cache(const TensorView& kv_bf16, const KvCacheView& cache,
+                         const RunOptions& /*options*/) {
   SMLA_RETURN_IF_ERROR(cpu::check_quantize_args(kv_bf16, cache));
-  const cpu::KvTokenLayout layout(cache.format, cache.page_block_size, cache.block_stride_bytes,
-                                  cache.d_qk);
+  const cpu::KvTokenLayout layout(cache.format, cache.layout, cache.page_block_size,
+                                  cache.block_stride_bytes, cache.d_qk);
   // The codec writes through the view: the header asks for writable host memory.
   uint8_t* base = static_cast<uint8_t*>(const_cast<void*>(cache.data));
   std::vector<uint8_t> e4m3(layout.quantized_dims);
@@ -175,7 +177,8 @@ Status quantize_kv_cache(const TensorView& kv_bf16, const KvCacheView& cache) {
   return {};
 }
 
-Status dequantize_kv_cache(const KvCacheView& cache, const TensorView& kv_out) {
+Status dequantize_kv_cache(const KvCacheView& cache, const TensorView& kv_out,
+                           const RunOptions& /*options*/) {
   SMLA_RETURN_IF_ERROR(cpu::check_dequantize_args(cache, kv_out));
   const cpu::KvTokenReader reader(to_params(cache));
   std::vector<float> row(cache.d_qk);
@@ -206,8 +209,8 @@ Status pack_kv_token(const KvCacheView& cache, int64_t slot, const uint8_t* e4m3
     return invalid_argument("pack_kv_token: slot = " + str(slot) + " is out of range [0, " +
                             str(cache.num_slots()) + ")");
   }
-  const cpu::KvTokenLayout layout(cache.format, cache.page_block_size, cache.block_stride_bytes,
-                                  cache.d_qk);
+  const cpu::KvTokenLayout layout(cache.format, cache.layout, cache.page_block_size,
+                                  cache.block_stride_bytes, cache.d_qk);
   const std::string fmt(kv_cache_format_name(cache.format));
   if (rope == nullptr) return invalid_argument("pack_kv_token: rope is null");
   if (layout.quantized_dims > 0) {

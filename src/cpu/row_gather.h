@@ -35,7 +35,8 @@ class CacheRowReader {
  public:
   explicit CacheRowReader(const detail::KvCacheParams& cache)
       : data_(cache.data),
-        layout_(cache.format, cache.page_block_size, cache.block_stride_bytes, cache.d_qk) {}
+        layout_(cache.format, cache.layout, cache.page_block_size, cache.block_stride_bytes,
+                cache.d_qk) {}
 
   void prefetch(int64_t slot) const {
     prefetch_bytes(data_ + layout_.data_offset(slot), layout_.data_row_bytes);

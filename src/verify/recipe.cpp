@@ -390,7 +390,7 @@ void make_list(const DecodeRecipe& r, const ListPlan& p, const std::vector<uint8
 void poison_block_padding(const KvCacheFormatInfo& info, int d_qk, int64_t page, int64_t stride,
                           uint8_t* block) {
   int64_t used = page * kv_cache_bytes_per_token(info.format, d_qk);
-  if (info.page_layout == PageLayout::kBlockSplit576) {
+  if (info.layout == KvLayout::kPageSplit) {
     const int64_t data_bytes = page * info.data_row_bytes;
     for (int64_t t = 0; t < page; ++t) {
       uint8_t* scale_row = block + data_bytes + t * info.scale_row_bytes;

@@ -168,15 +168,15 @@ TEST(KvCacheFormat, TraitsRowsMatchSpecLayouts) {
   const auto& v32 = kv_cache_format_info(KvCacheFormat::kV32Fp8);
   EXPECT_EQ(v32.quantized_dims, v32.tile_size * v32.num_scales);
   EXPECT_EQ(v32.scale_offset_in_row, 512);
-  EXPECT_EQ(v32.rope_offset, 528);
+  EXPECT_EQ(v32.tail_offset, 528);
   EXPECT_EQ(v32.scale_encoding, ScaleEncoding::kFloat32);
   const auto& v4 = kv_cache_format_info(KvCacheFormat::kV4Fp8);
   EXPECT_EQ(v4.quantized_dims, v4.tile_size * v4.num_scales);
   EXPECT_EQ(v4.data_row_bytes, 576);
   EXPECT_EQ(v4.scale_row_bytes, 8);
-  EXPECT_EQ(v4.rope_offset, 448);
+  EXPECT_EQ(v4.tail_offset, 448);
   EXPECT_EQ(v4.block_alignment, 576);
-  EXPECT_EQ(v4.page_layout, PageLayout::kBlockSplit576);
+  EXPECT_EQ(v4.layout, KvLayout::kPageSplit);
 }
 
 // ---- scalar conversions --------------------------------------------------------------------

@@ -30,7 +30,7 @@ TEST(Recipe, CacheBytesNoTokenOwnsAreNaN) {
     int64_t used = page * kv_cache_bytes_per_token(format, c.cache_view.d_qk);
     for (int64_t blk = 0; blk < c.cache_view.num_blocks; ++blk) {
       const uint8_t* block = c.cache.data() + blk * stride;
-      if (info.page_layout == PageLayout::kBlockSplit576) {
+      if (info.layout == KvLayout::kPageSplit) {
         used = page * info.data_row_bytes + page * info.scale_row_bytes;
         for (int64_t t = 0; t < page; ++t) {  // the 8th byte of each 8-byte scale row
           EXPECT_EQ(block[page * info.data_row_bytes + t * 8 + 7], 0xff) << "token " << t;

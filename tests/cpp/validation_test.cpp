@@ -215,7 +215,8 @@ std::vector<DecodeCase> decode_cases() {
       {"extra_cache_missing", [](auto& a) { a.extra_kv_cache.reset(); },
        "extra_indices is given without extra_kv_cache"},
       {"extra_format", [](auto& a) { a.extra_kv_cache->format = KvCacheFormat::kBf16; },
-       "extra_kv_cache.format = bf16 differs from kv_cache.format = v4_fp8"},
+       "extra_kv_cache.format = bf16 cannot go with kv_cache.format = v4_fp8 (the extra cache has "
+       "the main cache's format)"},
       {"extra_lengths_shape", [](auto& a) { a.extra_topk_length->sizes[1] = 3; },
        "extra_topk_length.sizes[1] (s_q) = 3, expected 2"},
       {"extra_indices_s_q", [](auto& a) { a.extra_indices->sizes[1] = 1; },

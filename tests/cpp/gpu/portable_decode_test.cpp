@@ -35,9 +35,9 @@ void expect_traits_match(int d_qk) {
   EXPECT_EQ(Traits::kQuantDims, info.quantized_dims);
   EXPECT_EQ(Traits::kNumScales, info.num_scales);
   EXPECT_EQ(Traits::kScaleEncoding, info.scale_encoding);
-  EXPECT_EQ(Traits::kScalesInRow, info.page_layout == PageLayout::kTokenRows);
+  EXPECT_EQ(Traits::kScalesInRow, info.layout == KvLayout::kTokenInterleaved);
   EXPECT_EQ(Traits::kDataRowBytes, info.data_row_bytes != 0 ? info.data_row_bytes : 2 * d_qk);
-  EXPECT_EQ(Traits::kTailOffset, info.rope_offset);
+  EXPECT_EQ(Traits::kTailOffset, info.tail_offset);
   EXPECT_EQ(Traits::kQuantDims + Traits::kTailDims, d_qk);
   if (Traits::kNumScales > 0) {
     EXPECT_EQ(Traits::kTileSize, info.tile_size);
