@@ -166,8 +166,9 @@ struct ConsumerPlace {
   }
 };
 
-// S[64 heads, 64 keys] += Q K^T over the k-steps of panels [kFirst, kEnd) of stage tile `kv`.
-template <int kFirst, int kEnd>
+// S[64 heads, 64 keys] (+)= Q K^T over the k-steps of panels [kFirst, kEnd) of stage tile `kv`;
+// kOverwrite: the first of them overwrites S (the first panels a warpgroup issues).
+template <int kFirst, int kEnd, bool kOverwrite>
 __device__ __forceinline__ void issue_score_panels(uint32_t q, uint32_t kv, float (&s)[32]) {
   // One descriptor per operand; a k-step moves its start address field by offset / 16.
   const uint64_t desc_q = ptx::wgmma_desc_sw128(q, 16, 1024);
@@ -175,7 +176,8 @@ __device__ __forceinline__ void issue_score_panels(uint32_t q, uint32_t kv, floa
 #pragma unroll
   for (int step = 4 * kFirst; step < 4 * kEnd; ++step) {
     const uint32_t offset = ((step >> 2) * kPanelBytes + (step & 3) * 32) >> 4;
-    ptx::wgmma_m64n64k16_ss<0>(s, desc_q + offset, desc_k + offset, step > 0);
+    ptx::wgmma_m64n64k16_ss<0>(s, desc_q + offset, desc_k + offset,
+                               !kOverwrite || step > 4 * kFirst);
   }
 }
 
@@ -190,14 +192,14 @@ __device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, int pair, flo
   ptx::wgmma_fence();
   if constexpr (kStage == 0) {
     ptx::mbarrier_wait_parity(smem_u32(&sm.full[0]), parity);
-    issue_score_panels<0, kLeftPanels>(q, kv, s);
+    issue_score_panels<0, kLeftPanels, true>(q, kv, s);
     ptx::mbarrier_wait_parity(smem_u32(&sm.full[1]), parity);
-    issue_score_panels<kLeftPanels, kPanels>(q, kv, s);
+    issue_score_panels<kLeftPanels, kPanels, false>(q, kv, s);
   } else {
     ptx::mbarrier_wait_parity(smem_u32(&sm.full[3]), parity);
-    issue_score_panels<kLeftPanels, kPanels>(q, kv, s);
+    issue_score_panels<kLeftPanels, kPanels, true>(q, kv, s);
     ptx::mbarrier_wait_parity(smem_u32(&sm.full[2]), parity);
-    issue_score_panels<0, kLeftPanels>(q, kv, s);
+    issue_score_panels<0, kLeftPanels, false>(q, kv, s);
   }
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
