@@ -1,12 +1,13 @@
 // Hopper (sm_90a) sparse prefill kernel (SPEC §2; design in config.cuh and
 // docs/kernels/sm90a_sparse_prefill.md). Grid: one CTA per (query token, 64-head group),
 // blockIdx.x = token * head_groups + group. Roles:
-//   producer   Q once, then per block j of 64 slots: wait until stage j % 2 is free, cp.async
-//              the rows (invalid slots zero-filled from row 0, never read), write the slots'
-//              validity, arrive on the stage's full barrier when the copies land;
-//   consumers  per block: score their key half, exchange row maxima, online softmax, exchange P
-//              halves, accumulate their output half, then issue the next block's scores behind
-//              the products and release the stage as soon as the products retire;
+//   producer   Q once, then per pair of 64-slot blocks (K0, K1) four half-stages in the order the
+//              consumers free them: wait until free, cp.async the rows (invalid slots zero-filled
+//              from row 0, never read), write the block's validity with its first half, arrive on
+//              the half's full barrier when the copies land;
+//   consumers  the seesaw: WG0 scores K0, WG1 scores K1; each accumulates its output half over
+//              both blocks, its own P from registers and the peer's from a P tile, the two row
+//              maxima exchanged so both P share the pair's running max;
 //   store      out (sink applied) straight from the accumulators, max_logits and lse in natural
 //              log by WG0.
 #pragma once
@@ -45,22 +46,71 @@ struct ProducerPlace {
       : group(t >> 3), chunk(t & 7), swizzled_chunk_bytes(((t & 7) ^ ((t >> 3) & 7)) << 4) {}
 };
 
-// The thread's four rows of a [64, d_qk] tile from `src[r]` (readable addresses), zero-filled
-// where !valid.
-template <int kDqk>
+// Panels [kFirst, kEnd) of the thread's four rows of a [64, d_qk] tile from `src[r]` (readable
+// addresses), zero-filled where !valid.
+template <int kFirst, int kEnd>
 __device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at,
                                           const uint8_t* const (&src)[4], const bool (&valid)[4]) {
-  constexpr int kPanels = kDqk / 64;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const uint32_t row_base = tile + (at.group + 16 * r) * 128 + at.swizzled_chunk_bytes;
     const uint8_t* row_src = src[r] + 16 * at.chunk;
 #pragma unroll
-    for (int panel = 0; panel < kPanels; ++panel) {
+    for (int panel = kFirst; panel < kEnd; ++panel) {
       ptx::cp_async_cg_16(row_base + panel * kPanelBytes, row_src + 128 * panel,
                           valid[r] ? 16u : 0u);
     }
   }
+}
+
+// The thread's four rows of block `block` as slot indices, -1 where invalid (slot k is valid iff
+// k < n_valid (topk_length) and 0 <= index < s_kv; blocks past the list are all invalid). Kept
+// as indices, not addresses: the producer holds two blocks' rows in its 72 registers.
+struct BlockRows {
+  int32_t index[4];
+};
+
+__device__ __forceinline__ BlockRows block_rows(const detail::PrefillParams& p,
+                                                const portable_prefill::TokenSlots& slots,
+                                                const ProducerPlace& at, int block) {
+  BlockRows rows;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t k = static_cast<int64_t>(block) * kBlockKeys + at.group + 16 * r;
+    const int32_t index = k < slots.n_valid ? __ldg(slots.indices + k) : -1;
+    rows.index[r] = index >= 0 && index < p.problem.s_kv ? index : -1;
+  }
+  return rows;
+}
+
+// One half-stage of pair `pair`: wait until its readers freed it, write the stage's validity
+// flags with its first half, copy, and arrive on its full barrier when the copies land.
+template <int kDqk, int kStage, int kHalf>
+__device__ __forceinline__ void produce_half(const detail::PrefillParams& p, const BlockRows& rows,
+                                             const ProducerPlace& at, int pair, bool writes_flags,
+                                             Smem<kDqk>& sm) {
+  constexpr int kBarrier = 2 * kStage + kHalf;
+  const uint8_t* kv = reinterpret_cast<const uint8_t*>(p.kv);
+  const uint8_t* src[4];
+  bool valid[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    valid[r] = rows.index[r] >= 0;
+    src[r] = kv + (valid[r] ? static_cast<int64_t>(rows.index[r]) * p.kv_stride_s * 2 : 0);
+  }
+  if (pair > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.empty[kBarrier]), (pair - 1) & 1);
+  if (writes_flags && at.chunk == 0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) sm.valid[kStage][at.group + 16 * r] = valid[r] ? 1 : 0;
+  }
+  const uint32_t full = smem_u32(&sm.full[kBarrier]);
+  if constexpr (kHalf == 0) {
+    copy_rows<0, kLeftPanels>(smem_u32(sm.kv[kStage]), at, src, valid);
+  } else {
+    copy_rows<kLeftPanels, kDqk / 64>(smem_u32(sm.kv[kStage]), at, src, valid);
+  }
+  ptx::cp_async_mbarrier_arrive_noinc(full);
+  if (at.chunk == 0) ptx::mbarrier_arrive(full);
 }
 
 template <int kDqk>
@@ -78,34 +128,22 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t 
       valid[r] = head < p.problem.h_q;
       src[r] = token_q + (valid[r] ? head : 0) * p.q_stride_h * 2;
     }
-    copy_rows<kDqk>(smem_u32(sm.q), at, src, valid);
+    copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, src, valid);
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
   }
-  const uint8_t* kv = reinterpret_cast<const uint8_t*>(p.kv);
-  for (int block = 0; block < slots.num_blocks; ++block) {
-    const int stage = block % kStages;
-    // Slot k of the block is valid iff k < n_valid (topk_length) and 0 <= index < s_kv.
-    const uint8_t* src[4];
-    bool valid[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int64_t k = static_cast<int64_t>(block) * kBlockKeys + at.group + 16 * r;
-      const int32_t index = k < slots.n_valid ? __ldg(slots.indices + k) : -1;
-      valid[r] = index >= 0 && index < p.problem.s_kv;
-      src[r] = kv + (valid[r] ? static_cast<int64_t>(index) * p.kv_stride_s * 2 : 0);
-    }
-    if (block >= kStages) {
-      ptx::mbarrier_wait_parity(smem_u32(&sm.empty[stage]), ((block / kStages) - 1) & 1);
-    }
-    if (at.chunk == 0) {
-#pragma unroll
-      for (int r = 0; r < 4; ++r) sm.valid[stage][at.group + 16 * r] = valid[r] ? 1 : 0;
-    }
-    const uint32_t full = smem_u32(&sm.full[stage]);
-    copy_rows<kDqk>(smem_u32(sm.kv[stage]), at, src, valid);
-    ptx::cp_async_mbarrier_arrive_noinc(full);
-    if (at.chunk == 0) ptx::mbarrier_arrive(full);
+  const int num_pairs = (slots.num_blocks + 1) / 2;
+  for (int pair = 0; pair < num_pairs; ++pair) {
+    const BlockRows k0 = block_rows(p, slots, at, 2 * pair);
+    const BlockRows k1 = block_rows(p, slots, at, 2 * pair + 1);
+    // The order the consumers free the halves in (see consume).
+    produce_half<kDqk, 0, 0>(p, k0, at, pair, true, sm);
+    produce_half<kDqk, 1, 1>(p, k1, at, pair, true, sm);
+    produce_half<kDqk, 0, 1>(p, k0, at, pair, false, sm);
+    produce_half<kDqk, 1, 0>(p, k1, at, pair, false, sm);
   }
+  // Every copy has landed before the producer exits (a token without valid slots never waits
+  // for its Q, so nothing else would hold the CTA until Q's copies complete).
+  ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
 }
 
@@ -128,56 +166,233 @@ struct ConsumerPlace {
   }
 };
 
-// S[64 heads, 32 keys] = Q K^T over keys [32 wg, +32) of stage `kv`: d_qk / 16 k-steps.
-template <int kDqk>
-__device__ __forceinline__ void issue_scores(uint32_t q, uint32_t kv, int wg, float (&s)[16]) {
+// S[64 heads, 64 keys] (+)= Q K^T over the k-steps of panels [kFirst, kEnd) of stage tile `kv`;
+// kOverwrite: the first of them overwrites S (the first panels a warpgroup issues).
+template <int kFirst, int kEnd, bool kOverwrite>
+__device__ __forceinline__ void issue_score_panels(uint32_t q, uint32_t kv, float (&s)[32]) {
   // One descriptor per operand; a k-step moves its start address field by offset / 16.
   const uint64_t desc_q = ptx::wgmma_desc_sw128(q, 16, 1024);
-  const uint64_t desc_k = ptx::wgmma_desc_sw128(kv + 32 * wg * 128, 16, 1024);
-  ptx::wgmma_fence_operands(s);
-  ptx::wgmma_fence();
+  const uint64_t desc_k = ptx::wgmma_desc_sw128(kv, 16, 1024);
 #pragma unroll
-  for (int step = 0; step < kDqk / 16; ++step) {
+  for (int step = 4 * kFirst; step < 4 * kEnd; ++step) {
     const uint32_t offset = ((step >> 2) * kPanelBytes + (step & 3) * 32) >> 4;
-    ptx::wgmma_m64n32k16_ss<0>(s, desc_q + offset, desc_k + offset, step > 0);
+    ptx::wgmma_m64n64k16_ss<0>(s, desc_q + offset, desc_k + offset,
+                               !kOverwrite || step > 4 * kFirst);
+  }
+}
+
+// S = Q K^T of stage `kStage`, the half that lands first (WG0's K0: left; WG1's K1: right) first,
+// so its MMAs run while the other half's rows are still in flight. Waits for the result.
+template <int kDqk, int kStage>
+__device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, int pair, float (&s)[32]) {
+  constexpr int kPanels = kDqk / 64;
+  const uint32_t kv = smem_u32(sm.kv[kStage]);
+  const uint32_t parity = pair & 1;
+  ptx::wgmma_fence_operands(s);
+  ptx::wgmma_fence();
+  if constexpr (kStage == 0) {
+    ptx::mbarrier_wait_parity(smem_u32(&sm.full[0]), parity);
+    issue_score_panels<0, kLeftPanels, true>(q, kv, s);
+    ptx::mbarrier_wait_parity(smem_u32(&sm.full[1]), parity);
+    issue_score_panels<kLeftPanels, kPanels, false>(q, kv, s);
+  } else {
+    ptx::mbarrier_wait_parity(smem_u32(&sm.full[3]), parity);
+    issue_score_panels<kLeftPanels, kPanels, true>(q, kv, s);
+    ptx::mbarrier_wait_parity(smem_u32(&sm.full[2]), parity);
+    issue_score_panels<0, kLeftPanels, false>(q, kv, s);
   }
   ptx::wgmma_commit_group();
+  ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operands(s);
 }
 
-// O[64 heads, 256 dims of wg] += P[64, 64 keys] V[64 keys, dims]: keys of this warpgroup's half
-// with P from registers, the peer's half with P from shared memory. V = dims [256 wg, +256) of
-// the stage's K tile read MN-major (4 panels of 64 dims, 8 KiB apart).
-__device__ __forceinline__ void issue_products(uint32_t kv, uint32_t p_tile, int wg,
-                                               const uint32_t (&p_own)[2][4], float (&o)[128]) {
-  const int peer = 1 - wg;
-  const uint64_t desc_v = ptx::wgmma_desc_sw128(kv + 4 * wg * kPanelBytes, kPanelBytes, 1024);
-  const uint64_t desc_p = ptx::wgmma_desc_sw128(p_tile + 64 * peer, 16, 1024);
-  ptx::wgmma_fence_operands(o);
-  ptx::wgmma_fence();
+// Scores to the log2 domain, invalid slots -inf; returns the quad's row maxima of the block.
+__device__ __forceinline__ void mask_scores(const uint8_t* valid, const ConsumerPlace& at,
+                                            float scale_log2, float (&s)[32], float (&mx)[2]) {
+  mx[0] = mx[1] = -INFINITY;
+  // Accumulators 4 q .. 4 q + 3 share their two keys (8 q + 2 (lane % 4), +1): one 2-byte load.
 #pragma unroll
-  for (int step = 0; step < 2; ++step) {
-    ptx::wgmma_m64n256k16_rs<1>(o, p_own[step], desc_v + (((32 * wg + 16 * step) * 128) >> 4),
-                                true);
+  for (int i = 0; i < 32; ++i) {
+    const uint16_t pair = *reinterpret_cast<const uint16_t*>(valid + at.col(i & ~1));
+    const bool ok = ((i & 1) ? (pair >> 8) : (pair & 0xff)) != 0;
+    s[i] = ok ? s[i] * scale_log2 : -INFINITY;
+    mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
   }
-#pragma unroll
-  for (int step = 0; step < 2; ++step) {
-    ptx::wgmma_m64n256k16_ss<1>(o, desc_p + ((32 * step) >> 4),
-                                desc_v + (((32 * peer + 16 * step) * 128) >> 4), true);
-  }
-  ptx::wgmma_commit_group();
-  ptx::wgmma_fence_operands(o);
+  mx[0] = quad_max(mx[0]);
+  mx[1] = quad_max(mx[1]);
 }
 
-// Byte offset of the bf16 pair (row, key..key+1) in the swizzled [64, 64] P tile.
+// P = 2^(S - m_use) as the RS A fragments of the four 16-key steps; adds P to the row sums.
+__device__ __forceinline__ void exponentiate(const float (&s)[32], const float (&m_use)[2],
+                                             float (&l)[2], uint32_t (&p)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    const int h = (i >> 1) & 1;
+    const float p0 = fast_exp2(s[i] - m_use[h]);
+    const float p1 = fast_exp2(s[i + 1] - m_use[h]);
+    l[h] += p0 + p1;
+    p[i >> 3][(i >> 1) & 3] = ptx::pack_bf16x2(p0, p1);
+  }
+}
+
+// O *= alpha per row, skipped where both rows' alpha is exactly 1 (a settled max).
+__device__ __forceinline__ void rescale(const float (&alpha)[2], float (&o)[128]) {
+  if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
+  }
+}
+
+// Byte offset of the bf16 pair (row, key..key+1) in a swizzled [64, 64] P tile.
 __device__ __forceinline__ uint32_t p_offset(int row, int key) {
   return row * 128 + ((((key >> 3) ^ (row & 7))) << 4) + (key & 7) * 2;
 }
 
-// One arrival per consumer warp on the stage's empty barrier.
-__device__ __forceinline__ void release_stage(uint32_t empty, const ConsumerPlace& at) {
+// The thread's P fragments into a P tile, made visible to the peer's wgmma (async proxy).
+__device__ __forceinline__ void store_p(uint8_t* tile, const ConsumerPlace& at,
+                                        const uint32_t (&p)[4][4]) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    *reinterpret_cast<uint32_t*>(tile + p_offset(at.row[(i >> 1) & 1], at.col(i))) =
+        p[i >> 3][(i >> 1) & 3];
+  }
+  ptx::fence_proxy_async_shared();
+}
+
+// O[64 heads, 256 dims of wg] += P[64, 64 keys] V[64 keys, dims] with P from registers; V = dims
+// [256 wg, +256) of the stage tile read MN-major (4 panels of 64 dims, 8 KiB apart).
+__device__ __forceinline__ uint64_t value_desc(uint32_t kv, int wg) {
+  return ptx::wgmma_desc_sw128(kv + kLeftPanels * wg * kPanelBytes, kPanelBytes, 1024);
+}
+
+__device__ __forceinline__ void issue_products_rs(uint32_t kv, int wg, const uint32_t (&p)[4][4],
+                                                  float (&o)[128]) {
+  const uint64_t desc_v = value_desc(kv, wg);
+  ptx::wgmma_fence_operands(o);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int step = 0; step < 4; ++step) {
+    ptx::wgmma_m64n256k16_rs<1>(o, p[step], desc_v + ((16 * step * 128) >> 4), true);
+  }
+  ptx::wgmma_commit_group();
+}
+
+// The same with P from a shared tile; waits for the products.
+__device__ __forceinline__ void products_ss(uint32_t kv, uint32_t p_tile, int wg, float (&o)[128]) {
+  const uint64_t desc_v = value_desc(kv, wg);
+  const uint64_t desc_p = ptx::wgmma_desc_sw128(p_tile, 16, 1024);
+  ptx::wgmma_fence_operands(o);
+  ptx::wgmma_fence();
+#pragma unroll
+  for (int step = 0; step < 4; ++step) {
+    ptx::wgmma_m64n256k16_ss<1>(o, desc_p + ((32 * step) >> 4), desc_v + ((16 * step * 128) >> 4),
+                                true);
+  }
+  ptx::wgmma_commit_group();
+  ptx::wgmma_wait_group<0>();
+  ptx::wgmma_fence_operands(o);
+}
+
+// One arrival per warp of the releasing warpgroup on a half-stage's empty barrier.
+__device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at) {
   __syncwarp();
-  if (at.lane == 0) ptx::mbarrier_arrive(empty);
+  if (at.lane == 0) ptx::mbarrier_arrive(smem_u32(&empty));
+}
+
+// Both warpgroups hold the same running max m (per row, log2 domain) at every pair boundary, and
+// each its own share l of the row sums at that max: WG0 over the K0 blocks, WG1 over the K1 blocks.
+struct RowState {
+  float m[2] = {-INFINITY, -INFINITY};
+  float l[2] = {0.0f, 0.0f};
+};
+
+// WG0's pair: S0 -> max after K0 (to WG1) -> P0 -> O_L += P0 V0_L -> the pair's max (from WG1)
+// -> P0 and O_L to it -> P0 to its tile (for WG1's O_R) -> O_L += P1 V1_L.
+template <int kDqk>
+__device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, uint32_t p1_tile,
+                                                 const ConsumerPlace& at, float scale_log2,
+                                                 int pair, Smem<kDqk>& sm, RowState& st,
+                                                 float (&o)[128]) {
+  float s[32];
+  scores<kDqk, 0>(q, sm, pair, s);
+  float mx[2], m_use[2], alpha[2];
+  mask_scores(sm.valid[0], at, scale_log2, s, mx);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const RunningMaxStep step = advance_running_max(st.m[h], mx[h]);
+    m_use[h] = step.m_use;
+    alpha[h] = step.alpha;
+    st.l[h] *= alpha[h];
+    if ((at.lane & 3) == 0) sm.row_max[0][at.row[h]] = st.m[h];
+  }
+  ptx::named_barrier_arrive(kWg0MaxReady, kConsumerThreads);
+  uint32_t p[4][4];
+  exponentiate(s, m_use, st.l, p);
+  rescale(alpha, o);
+  const uint32_t kv0 = smem_u32(sm.kv[0]);
+  issue_products_rs(kv0, 0, p, o);
+  ptx::named_barrier_sync(kWg1MaxReady, kConsumerThreads);
+  float beta[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const RunningMaxStep step = advance_running_max(st.m[h], sm.row_max[1][at.row[h]]);
+    beta[h] = step.alpha;
+    st.l[h] *= beta[h];
+  }
+  ptx::wgmma_wait_group<0>();
+  ptx::wgmma_fence_operands(o);
+  release(sm.empty[0], at);  // K0 left: read by WG0 only
+  if (beta[0] != 1.0f || beta[1] != 1.0f) {
+#pragma unroll
+    for (int i = 0; i < 32; i += 2) {
+      uint32_t& pair_bits = p[i >> 3][(i >> 1) & 3];
+      const float b = beta[(i >> 1) & 1];
+      pair_bits = ptx::pack_bf16x2(__uint_as_float(pair_bits << 16) * b,
+                                   __uint_as_float(pair_bits & 0xffff0000u) * b);
+    }
+    rescale(beta, o);
+  }
+  store_p(p0_tile, at, p);
+  ptx::named_barrier_arrive(kP0Ready, kConsumerThreads);
+  ptx::named_barrier_sync(kP1Ready, kConsumerThreads);
+  products_ss(smem_u32(sm.kv[1]), p1_tile, 0, o);
+  release(sm.empty[2], at);  // K1 left: WG1's scores finished before P1 was ready
+}
+
+// WG1's pair: S1 -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 -> O_R += P1 V1_R,
+// P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R.
+template <int kDqk>
+__device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, uint32_t p0_tile,
+                                                 const ConsumerPlace& at, float scale_log2,
+                                                 int pair, Smem<kDqk>& sm, RowState& st,
+                                                 float (&o)[128]) {
+  float s[32];
+  scores<kDqk, 1>(q, sm, pair, s);
+  float mx[2], m_use[2], alpha[2];
+  mask_scores(sm.valid[1], at, scale_log2, s, mx);
+  ptx::named_barrier_sync(kWg0MaxReady, kConsumerThreads);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float both = fmaxf(sm.row_max[0][at.row[h]], mx[h]);
+    const RunningMaxStep step = advance_running_max(st.m[h], both);
+    m_use[h] = step.m_use;
+    alpha[h] = step.alpha;
+    st.l[h] *= alpha[h];
+    if ((at.lane & 3) == 0) sm.row_max[1][at.row[h]] = st.m[h];
+  }
+  ptx::named_barrier_arrive(kWg1MaxReady, kConsumerThreads);
+  uint32_t p[4][4];
+  exponentiate(s, m_use, st.l, p);
+  rescale(alpha, o);
+  issue_products_rs(smem_u32(sm.kv[1]), 1, p, o);
+  store_p(p1_tile, at, p);
+  ptx::named_barrier_arrive(kP1Ready, kConsumerThreads);
+  ptx::wgmma_wait_group<0>();
+  ptx::wgmma_fence_operands(o);
+  release(sm.empty[3], at);  // K1 right: read by WG1 only
+  ptx::named_barrier_sync(kP0Ready, kConsumerThreads);
+  products_ss(smem_u32(sm.kv[0]), p0_tile, 1, o);
+  release(sm.empty[1], at);  // K0 right: WG0's scores finished before P0 was ready
 }
 
 template <int kDqk>
@@ -189,88 +404,23 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
   float o[128];
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY};  // running row max, log2 domain (identical in both WGs)
-  float l[2] = {0.0f, 0.0f};            // this thread's share of the row sums over its keys
-  float s[16];
+  RowState st;
   const uint32_t q = smem_u32(sm.q);
-  // One P tile serves every block: a warpgroup writes its half of block j's P only after both
-  // finished block j - 1 (each waits for all its wgmma groups before the row-max barrier).
-  const uint32_t p_tile = smem_u32(sm.p);
-
-  if (slots.num_blocks > 0) {
-    ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), 0);
-    ptx::mbarrier_wait_parity(smem_u32(&sm.full[0]), 0);
-    issue_scores<kDqk>(q, smem_u32(sm.kv[0]), at.wg, s);
-    ptx::wgmma_wait_group<0>();
-    ptx::wgmma_fence_operands(s);
-  }
-  // Each iteration ends with a wait for all its wgmma groups: the loop's back edge then carries
-  // no accumulator that an in-flight wgmma still writes (ptxas otherwise serialises every wgmma,
-  // C7514 / C7515).
-  for (int block = 0; block < slots.num_blocks; ++block) {
-    const int stage = block % kStages;
-    // Scores in the log2 domain; invalid slots -inf. Row maxima over this warpgroup's keys.
-    // Accumulators 4 q .. 4 q + 3 share their two keys (8 q + 2 (lane % 4), +1): one 2-byte load.
-    float block_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint16_t pair =
-          *reinterpret_cast<const uint16_t*>(&sm.valid[stage][32 * at.wg + at.col(i & ~1)]);
-      const bool valid = ((i & 1) ? (pair >> 8) : (pair & 0xff)) != 0;
-      s[i] = valid ? s[i] * scale_log2 : -INFINITY;
-      block_max[(i >> 1) & 1] = fmaxf(block_max[(i >> 1) & 1], s[i]);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      block_max[h] = quad_max(block_max[h]);
-      if ((at.lane & 3) == 0) sm.row_max[at.wg][at.row[h]] = block_max[h];
-    }
-    ptx::named_barrier_sync(kRowMaxReady, kConsumerThreads);
-    float alpha[2], m_use[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float both = fmaxf(sm.row_max[0][at.row[h]], sm.row_max[1][at.row[h]]);
-      const RunningMaxStep step = advance_running_max(m[h], both);
-      alpha[h] = step.alpha;
-      m_use[h] = step.m_use;
-      l[h] *= alpha[h];
-    }
-    uint32_t p_own[2][4];
-#pragma unroll
-    for (int i = 0; i < 16; i += 2) {
-      const int h = (i >> 1) & 1;
-      const float p0 = fast_exp2(s[i] - m_use[h]);
-      const float p1 = fast_exp2(s[i + 1] - m_use[h]);
-      l[h] += p0 + p1;
-      const uint32_t packed = ptx::pack_bf16x2(p0, p1);
-      p_own[i >> 3][(i >> 1) & 3] = packed;
-      *reinterpret_cast<uint32_t*>(sm.p + p_offset(at.row[h], 32 * at.wg + at.col(i))) = packed;
-    }
-    // Once a row's max has settled its alpha is exactly 1: skip the 128 multiplies then.
-    if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
-#pragma unroll
-      for (int i = 0; i < 128; ++i) o[i] *= alpha[(i >> 1) & 1];
-    }
-    ptx::fence_proxy_async_shared();
-    ptx::named_barrier_sync(kPReady, kConsumerThreads);
-    issue_products(smem_u32(sm.kv[stage]), p_tile, at.wg, p_own, o);
-    // The stage is released as soon as this block's products are done (groups retire in
-    // order), while the next block's scores may still run: the producer refills it earlier.
-    if (block + 1 < slots.num_blocks) {
-      const int next = (block + 1) % kStages;
-      ptx::mbarrier_wait_parity(smem_u32(&sm.full[next]), ((block + 1) / kStages) & 1);
-      issue_scores<kDqk>(q, smem_u32(sm.kv[next]), at.wg, s);
-      ptx::wgmma_wait_group<1>();
+  uint8_t* p1_tile = sm.p[0];
+  uint8_t* p0_tile = kDqk == 576 ? sm.kv[0] + 8 * kPanelBytes : sm.p[kOwnPTiles<kDqk> - 1];
+  const int num_pairs = (slots.num_blocks + 1) / 2;
+  if (num_pairs > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), 0);
+  for (int pair = 0; pair < num_pairs; ++pair) {
+    if (at.wg == 0) {
+      consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, pair, sm, st, o);
     } else {
-      ptx::wgmma_wait_group<0>();
+      consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, pair, sm, st, o);
     }
-    ptx::wgmma_fence_operands(o);
-    release_stage(smem_u32(&sm.empty[stage]), at);
-    ptx::wgmma_wait_group<0>();  // the next block's scores
-    ptx::wgmma_fence_operands(s);
   }
 
   // Row sums over both warpgroups' keys; the output scale with the sink.
+  float(&l)[2] = st.l;
+  float(&m)[2] = st.m;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] = quad_sum(l[h]);
@@ -314,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const portable_prefill::TokenSlots slots = portable_prefill::token_slots<kBlockKeys>(p, token);
 
   if (thread == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < 2 * kStages; ++s) {
       ptx::mbarrier_init_for_cluster(smem_u32(&sm.full[s]), kFullArrivals);
       ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]), kEmptyArrivals);
     }
