@@ -165,10 +165,10 @@ read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck racecheck syncch
 for tool in "${SANITIZER_TOOLS[@]}"; do
   # racecheck does not model named-barrier arrive / sync hand-offs (it reports hazards on a
   # correct one: the probe racecheck_arrive_probe.cu of commit bd7b7ca), which the
-  # warp-specialised decode kernel is built on; its racecheck run takes the split kernel's 16-row
-  # tile instead.
+  # warp-specialised decode kernel and the Hopper prefill's seesaw are built on; its racecheck run
+  # takes the split kernel's 16-row tile and the portable prefill instead.
   tool_env=()
-  [[ $tool == racecheck ]] && tool_env=(SMLA_DECODE_WARP_SPECIALIZED=0)
+  [[ $tool == racecheck ]] && tool_env=(SMLA_DECODE_WARP_SPECIALIZED=0 SMLA_PREFILL_SM90A=0)
   echo "==== $tool ${tool_env[*]} --gtest_filter=$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log"
   timeout "$(($(left 120) / ${#SANITIZER_TOOLS[@]}))" env "${tool_env[@]}" "$SAN" --tool "$tool" \
     --error-exitcode 99 --print-limit 20 \
