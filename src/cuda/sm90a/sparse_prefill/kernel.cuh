@@ -46,68 +46,71 @@ struct ProducerPlace {
       : group(t >> 3), chunk(t & 7), swizzled_chunk_bytes(((t & 7) ^ ((t >> 3) & 7)) << 4) {}
 };
 
-// Panels [kFirst, kEnd) of the thread's four rows of a [64, d_qk] tile from `src[r]` (readable
-// addresses), zero-filled where !valid.
-template <int kFirst, int kEnd>
+// Panels [kFirst, kEnd) of the thread's four rows of a [64, d_qk] tile; row_source(r) gives row
+// r's readable address and whether it is valid (zero-filled where not). Called per row, so that
+// only one row's address is live at a time (the producer runs in 72 registers).
+template <int kFirst, int kEnd, class RowSource>
 __device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at,
-                                          const uint8_t* const (&src)[4], const bool (&valid)[4]) {
+                                          RowSource&& row_source) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const uint32_t row_base = tile + (at.group + 16 * r) * 128 + at.swizzled_chunk_bytes;
-    const uint8_t* row_src = src[r] + 16 * at.chunk;
+    bool valid;
+    const uint8_t* row_src = row_source(r, &valid) + 16 * at.chunk;
 #pragma unroll
     for (int panel = kFirst; panel < kEnd; ++panel) {
-      ptx::cp_async_cg_16(row_base + panel * kPanelBytes, row_src + 128 * panel,
-                          valid[r] ? 16u : 0u);
+      ptx::cp_async_cg_16(row_base + panel * kPanelBytes, row_src + 128 * panel, valid ? 16u : 0u);
     }
   }
 }
 
-// The thread's four rows of block `block` as slot indices, -1 where invalid (slot k is valid iff
-// k < n_valid (topk_length) and 0 <= index < s_kv; blocks past the list are all invalid). Kept
-// as indices, not addresses: the producer holds two blocks' rows in its 72 registers.
+// The thread's four list entries of block `block`, -1 past the list (k >= n_valid, topk_length;
+// blocks past the list are all invalid). Raw: range-checked only where they are used, so that the
+// loads issued a pair ahead are not waited for when issued. Indices, not addresses: the producer
+// holds two blocks' rows in its 72 registers.
 struct BlockRows {
   int32_t index[4];
 };
 
-__device__ __forceinline__ BlockRows block_rows(const detail::PrefillParams& p,
-                                                const portable_prefill::TokenSlots& slots,
+__device__ __forceinline__ BlockRows block_rows(const portable_prefill::TokenSlots& slots,
                                                 const ProducerPlace& at, int block) {
   BlockRows rows;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const int64_t k = static_cast<int64_t>(block) * kBlockKeys + at.group + 16 * r;
-    const int32_t index = k < slots.n_valid ? __ldg(slots.indices + k) : -1;
-    rows.index[r] = index >= 0 && index < p.problem.s_kv ? index : -1;
+    // < 2^32: block * 64 + 63 <= topk + 126 and topk <= INT32_MAX.
+    const uint32_t k = static_cast<uint32_t>(block) * kBlockKeys + at.group + 16 * r;
+    rows.index[r] = k < static_cast<uint64_t>(slots.n_valid) ? __ldg(slots.indices + k) : -1;
   }
   return rows;
 }
 
-// One half-stage of pair `pair`: wait until its readers freed it, write the stage's validity
-// flags with its first half, copy, and arrive on its full barrier when the copies land.
+// One half-stage of pair `pair`: wait until its readers freed it, then (the index loads had the
+// wait to land) check the slots (valid iff 0 <= index < s_kv), write the stage's validity flags
+// with its first half, copy, and arrive on its full barrier when the copies land.
 template <int kDqk, int kStage, int kHalf>
 __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, const BlockRows& rows,
                                              const ProducerPlace& at, int pair, bool writes_flags,
                                              Smem<kDqk>& sm) {
   constexpr int kBarrier = 2 * kStage + kHalf;
-  const uint8_t* kv = reinterpret_cast<const uint8_t*>(p.kv);
-  const uint8_t* src[4];
-  bool valid[4];
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    valid[r] = rows.index[r] >= 0;
-    src[r] = kv + (valid[r] ? static_cast<int64_t>(rows.index[r]) * p.kv_stride_s * 2 : 0);
-  }
   if (pair > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.empty[kBarrier]), (pair - 1) & 1);
+  const uint8_t* kv = reinterpret_cast<const uint8_t*>(p.kv);
+  auto row_source = [&](int r, bool* valid) {
+    *valid = rows.index[r] >= 0 && rows.index[r] < p.problem.s_kv;
+    return kv + (*valid ? static_cast<int64_t>(rows.index[r]) * p.kv_stride_s * 2 : 0);
+  };
   if (writes_flags && at.chunk == 0) {
 #pragma unroll
-    for (int r = 0; r < 4; ++r) sm.valid[kStage][at.group + 16 * r] = valid[r] ? 1 : 0;
+    for (int r = 0; r < 4; ++r) {
+      bool valid;
+      row_source(r, &valid);
+      sm.valid[kStage][at.group + 16 * r] = valid ? 1 : 0;
+    }
   }
   const uint32_t full = smem_u32(&sm.full[kBarrier]);
   if constexpr (kHalf == 0) {
-    copy_rows<0, kLeftPanels>(smem_u32(sm.kv[kStage]), at, src, valid);
+    copy_rows<0, kLeftPanels>(smem_u32(sm.kv[kStage]), at, row_source);
   } else {
-    copy_rows<kLeftPanels, kDqk / 64>(smem_u32(sm.kv[kStage]), at, src, valid);
+    copy_rows<kLeftPanels, kDqk / 64>(smem_u32(sm.kv[kStage]), at, row_source);
   }
   ptx::cp_async_mbarrier_arrive_noinc(full);
   if (at.chunk == 0) ptx::mbarrier_arrive(full);
@@ -118,28 +121,27 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t 
                                         const portable_prefill::TokenSlots& slots, int t,
                                         Smem<kDqk>& sm) {
   const ProducerPlace at(t);
+  // Each pair's list entries are loaded while the previous pair's halves are still being freed.
+  BlockRows k0 = block_rows(slots, at, 0);
+  BlockRows k1 = block_rows(slots, at, 1);
   {
     const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + token * p.q_stride_s);
-    const uint8_t* src[4];
-    bool valid[4];
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
       const int head = head0 + at.group + 16 * r;
-      valid[r] = head < p.problem.h_q;
-      src[r] = token_q + (valid[r] ? head : 0) * p.q_stride_h * 2;
-    }
-    copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, src, valid);
+      *valid = head < p.problem.h_q;
+      return token_q + (*valid ? head : 0) * p.q_stride_h * 2;
+    });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
   }
   const int num_pairs = (slots.num_blocks + 1) / 2;
   for (int pair = 0; pair < num_pairs; ++pair) {
-    const BlockRows k0 = block_rows(p, slots, at, 2 * pair);
-    const BlockRows k1 = block_rows(p, slots, at, 2 * pair + 1);
     // The order the consumers free the halves in (see consume).
     produce_half<kDqk, 0, 0>(p, k0, at, pair, true, sm);
     produce_half<kDqk, 1, 1>(p, k1, at, pair, true, sm);
     produce_half<kDqk, 0, 1>(p, k0, at, pair, false, sm);
+    if (pair + 1 < num_pairs) k0 = block_rows(slots, at, 2 * pair + 2);
     produce_half<kDqk, 1, 0>(p, k1, at, pair, false, sm);
+    if (pair + 1 < num_pairs) k1 = block_rows(slots, at, 2 * pair + 3);
   }
   // Every copy has landed before the producer exits (a token without valid slots never waits
   // for its Q, so nothing else would hold the CTA until Q's copies complete).
