@@ -80,8 +80,8 @@ int writer_bench(const Settings& s, const FlagSet& f, const std::vector<std::str
   }
   const int64_t cache_slots = f.was_set("s_kv") ? s.s_kv : 4 * s.n;
   if (cache_slots < s.n) {
-    return usage_error("--s_kv = " + std::to_string(cache_slots) + " slots cannot hold --n = " +
-                       std::to_string(s.n) + " distinct rows");
+    return usage_error("--s_kv = " + std::to_string(cache_slots) +
+                       " slots cannot hold --n = " + std::to_string(s.n) + " distinct rows");
   }
   if (cache_slots > INT32_MAX) {
     return usage_error("--s_kv = " + std::to_string(cache_slots) +
@@ -168,10 +168,10 @@ int writer_bench(const Settings& s, const FlagSet& f, const std::vector<std::str
   }
   int runs = static_cast<int>(s.iters);
   if (runs == 0) {
-    runs = device.is_cuda() ? kGpuRuns
-                            : std::clamp(static_cast<int>(s.time_budget * 1e3 /
-                                                          std::max(first.back(), 1e-6)),
-                                         kCpuMinRuns, kCpuMaxRuns);
+    runs = device.is_cuda()
+               ? kGpuRuns
+               : std::clamp(static_cast<int>(s.time_budget * 1e3 / std::max(first.back(), 1e-6)),
+                            kCpuMinRuns, kCpuMaxRuns);
   }
   if (Status st = time_runs(device, nullptr, call, 0, runs, device.is_cuda(), &ms); !st.ok()) {
     std::cerr << "sparse-mla bench: " << st.message() << "\n";
@@ -207,8 +207,8 @@ int writer_bench(const Settings& s, const FlagSet& f, const std::vector<std::str
   const double med = median(ms);
   const double floor_ms = ceil.bytes_per_s > 0 ? work.bytes / ceil.bytes_per_s * 1e3 : NAN;
   const std::string name = "write_kv_cache " + std::string(kv_cache_format_name(format)) + " " +
-                           kv_layout_name(layout) + " n=" + std::to_string(n) +
-                           " (p" + std::to_string(s.page_block_size) + ", " +
+                           kv_layout_name(layout) + " n=" + std::to_string(n) + " (p" +
+                           std::to_string(s.page_block_size) + ", " +
                            std::to_string(w.view.num_slots()) + " slots)";
   const SourceInfo source = describe_source();
   std::cout << "sparse-mla bench: cache writer on " << backend_name(backend) << ", commit "
@@ -244,7 +244,8 @@ int writer_bench(const Settings& s, const FlagSet& f, const std::vector<std::str
     j["bytes"] = work.bytes;
     j["bytes_per_s"] = work.bytes / (med * 1e-3);
     j["ceilings"] = ceil_record;
-    j["bytes_floor_ms"] = std::isnan(floor_ms) ? nlohmann::ordered_json() : nlohmann::ordered_json(floor_ms);
+    j["bytes_floor_ms"] =
+        std::isnan(floor_ms) ? nlohmann::ordered_json() : nlohmann::ordered_json(floor_ms);
     j["verified"] = s.verify != "off";
     j["verify_ok"] = verified;
     std::ofstream file(s.json_path);

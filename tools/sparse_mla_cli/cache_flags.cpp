@@ -59,8 +59,9 @@ Status resolve(const CacheFlags& flags, const FlagSet& f, bool has_extra, Resolv
   if (!flags.extra_format.empty()) {
     const KvCacheFormat extra = *parse_kv_cache_format(flags.extra_format);
     if (!kv_cache_extra_format_allowed(out->format, extra)) {
-      return invalid_argument("--extra_format = " + flags.extra_format + " cannot go with --format " +
-                              flags.format + " (" + kv_cache_extra_format_rule(out->format) + ")");
+      return invalid_argument("--extra_format = " + flags.extra_format +
+                              " cannot go with --format " + flags.format + " (" +
+                              kv_cache_extra_format_rule(out->format) + ")");
     }
     out->extra_format = extra;
   }

@@ -27,8 +27,8 @@ struct CacheFlags {
 
 struct ResolvedCaches {
   KvCacheFormat format = KvCacheFormat::kV4Fp8;
-  KvLayout kv_layout = KvLayout::kDefault;      // as given (kDefault when not)
-  std::optional<KvCacheFormat> extra_format;    // nullopt when not given
+  KvLayout kv_layout = KvLayout::kDefault;    // as given (kDefault when not)
+  std::optional<KvCacheFormat> extra_format;  // nullopt when not given
   KvLayout extra_kv_layout = KvLayout::kDefault;
 };
 
