@@ -462,10 +462,10 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
   const KvCacheFormatInfo& info = kv_cache_format_info(r.format);
   const int d_qk = r.d_qk != 0 ? r.d_qk : (info.d_qk != 0 ? info.d_qk : 576);
   const KvCacheFormat extra_format = r.extra_format.value_or(r.format);
-  for (const auto& [format, layout, what] :
-       {std::tuple{r.format, r.kv_layout, "kv_layout"},
-        std::tuple{extra_format, r.extra_kv_layout, "extra_kv_layout"}}) {
-    if (!kv_cache_layout_supported(format, layout)) {
+  for (const auto& [format, layout, what, used] :
+       {std::tuple{r.format, r.kv_layout, "kv_layout", true},
+        std::tuple{extra_format, r.extra_kv_layout, "extra_kv_layout", r.extra_cache}}) {
+    if (used && !kv_cache_layout_supported(format, layout)) {
       return invalid_argument(std::string("make_decode_case: recipe ") + what + " = " +
                               kv_layout_name(layout) + " is not a layout of format " +
                               kv_cache_format_name(format));
