@@ -234,6 +234,16 @@ TEST(Cli, BenchV41SuiteRunsEachCaseBesideItsV4Storage) {
   EXPECT_LT(v41_rows, v4_rows);
   EXPECT_GT(v41_rows, v4_rows * 288.0 / 576.0);
   EXPECT_LT(v41_rows, v4_rows * 528.0 / 576.0);
+  ASSERT_EQ(j["storage_ratios"].size(), 1u);
+  const nlohmann::json& ratio = j["storage_ratios"][0];
+  EXPECT_EQ(ratio["case"], v41["name"]);
+  EXPECT_EQ(ratio["v4_fp8_case"], v4["name"]);
+  EXPECT_DOUBLE_EQ(ratio["bytes_ratio"].get<double>(),
+                   v4["bytes"].get<double>() / v41["bytes"].get<double>());
+  EXPECT_DOUBLE_EQ(ratio["time_ratio"].get<double>(),
+                   v4["median_ms"].get<double>() / v41["median_ms"].get<double>());
+  EXPECT_NE(run.cli.output.find("storage: decode v41_fp8 h_q=16 b=12 s_q=4"), std::string::npos)
+      << run.cli.output;
 }
 
 TEST(Cli, BenchCacheWriterReportsBytesAgainstTheFloor) {

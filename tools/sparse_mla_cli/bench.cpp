@@ -317,7 +317,8 @@ int bench_command(const Invocation& inv) {
             << (source.dirty ? "+dirty" : "") << "\n\n";
   print_table(results, backend, ceil, s.timing_mode());
   const std::vector<HeadRatio> ratios = head_ratios(results);
-  print_summaries(results, backend, ceil, ratios);
+  const std::vector<StorageRatio> storage = storage_ratios(results);
+  print_summaries(results, backend, ceil, ratios, storage);
   std::cout << "decode times: the split schedule "
             << (s.decode_schedule == "reuse"
                     ? "built once before the timed runs and reused (--decode_schedule reuse, "
@@ -346,6 +347,7 @@ int bench_command(const Invocation& inv) {
     record.ceilings = ceil;
     record.results = &results;
     record.ratios = ratios;
+    record.storage = storage;
     record.total_seconds = total_s;
     record.all_ok = all_ok;
     const nlohmann::ordered_json j = run_json(record);

@@ -167,6 +167,15 @@ Json run_json(const RunRecord& run) {
                      {"ratio", h.ratio}});
   }
   j["head_ratios"] = heads;
+  Json storage = Json::array();
+  for (const StorageRatio& r : run.storage) {
+    storage.push_back({{"case", r.name},
+                       {"v4_fp8_case", r.v4_name},
+                       {"time_ratio", r.time_ratio},
+                       {"bytes_ratio", r.bytes_ratio},
+                       {"measure", "v4_fp8 / V4.1 (median time, bytes moved)"}});
+  }
+  j["storage_ratios"] = storage;
   j["total_seconds"] = run.total_seconds;
   j["all_ok"] = run.all_ok;
   return j;
