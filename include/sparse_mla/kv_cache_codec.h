@@ -14,6 +14,8 @@
 //
 //   kv_bf16  [num_blocks, page_block_size, 1, d_qk]  bf16 (any strides, last dim contiguous)
 //   cache    KvCacheView, block_stride_bytes >= kv_cache_min_block_stride(...), on kv_bf16's device
+// options: backend auto (where the cache is) or the matching one (cpu / reference = the host
+// codec, cuda), stream (CUDA), num_threads (host: 0 = every hardware thread).
 #pragma once
 
 #include <cstdint>
