@@ -29,9 +29,12 @@ Json shape_json(const BenchCase& c) {
        {"d_v", 512},
        {"topk", d.topk},
        {"format", kv_cache_format_name(d.format)},
+       {"kv_layout", kv_layout_name(resolve_kv_layout(d.format, d.kv_layout))},
        {"page_block_size", d.page_block_size},
        {"s_kv", d.s_kv}};
   if (d.has_extra) {
+    j["extra_format"] = kv_cache_format_name(d.extra());
+    j["extra_kv_layout"] = kv_layout_name(resolve_kv_layout(d.extra(), d.extra_kv_layout));
     j["extra_topk"] = d.extra_topk;
     j["extra_page_block_size"] = d.extra_page_block_size;
     j["extra_s_kv"] = d.extra_s_kv;
@@ -164,6 +167,15 @@ Json run_json(const RunRecord& run) {
                      {"ratio", h.ratio}});
   }
   j["head_ratios"] = heads;
+  Json storage = Json::array();
+  for (const StorageRatio& r : run.storage) {
+    storage.push_back({{"case", r.name},
+                       {"v4_fp8_case", r.v4_name},
+                       {"time_ratio", r.time_ratio},
+                       {"bytes_ratio", r.bytes_ratio},
+                       {"measure", "v4_fp8 / V4.1 (median time, bytes moved)"}});
+  }
+  j["storage_ratios"] = storage;
   j["total_seconds"] = run.total_seconds;
   j["all_ok"] = run.all_ok;
   return j;

@@ -25,6 +25,7 @@ struct RunRecord {
   Ceilings ceilings;
   const std::vector<CaseResult>* results = nullptr;
   std::vector<HeadRatio> ratios;
+  std::vector<StorageRatio> storage;
   double total_seconds = 0;
   bool all_ok = false;
 };

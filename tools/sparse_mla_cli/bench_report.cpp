@@ -110,8 +110,33 @@ std::vector<HeadRatio> head_ratios(const std::vector<CaseResult>& results) {
   return out;
 }
 
+std::vector<StorageRatio> storage_ratios(const std::vector<CaseResult>& results) {
+  std::vector<StorageRatio> out;
+  for (const CaseResult& r : results) {
+    if (!r.error.empty() || r.full.op != Operation::kSparseDecode ||
+        r.full.decode.format != KvCacheFormat::kV41Fp8) {
+      continue;
+    }
+    BenchCase v4 = r.full;
+    v4.decode.format = KvCacheFormat::kV4Fp8;
+    v4.decode.kv_layout = KvLayout::kDefault;
+    v4.decode.extra_format.reset();
+    v4.decode.extra_kv_layout = KvLayout::kDefault;
+    const std::string v4_name = v4.name();
+    for (const CaseResult& o : results) {
+      if (o.error.empty() && o.full.name() == v4_name && o.run.decode.b == r.run.decode.b) {
+        out.push_back(
+            {r.full.name(), v4_name, o.median_ms / r.median_ms, o.work.bytes / r.work.bytes});
+        break;
+      }
+    }
+  }
+  return out;
+}
+
 void print_summaries(const std::vector<CaseResult>& results, Backend backend, const Ceilings& ceil,
-                     const std::vector<HeadRatio>& ratios) {
+                     const std::vector<HeadRatio>& ratios,
+                     const std::vector<StorageRatio>& storage) {
   std::cout << "\nceilings: " << format_rate(ceil.flop_per_s, "FLOP/s") << " (" << ceil.flop_source
             << "), " << format_rate(ceil.bytes_per_s, "B/s") << " (" << ceil.bytes_source << ")\n";
   if (backend != Backend::kCuda && ceil.flop_per_s > 0) {
@@ -139,6 +164,11 @@ void print_summaries(const std::vector<CaseResult>& results, Backend backend, co
     if (h.decode && h.h_q == 16) std::cout << " (goal <= 0.5x)";
     if (!h.decode && (h.h_q == 16 || h.h_q == 32)) std::cout << " (goal >= 0.6x)";
     std::cout << "\n";
+  }
+  for (const StorageRatio& r : storage) {
+    std::cout << "storage: " << r.name << ": as v4_fp8 records " << format_fixed(r.time_ratio, 2)
+              << "x the time, " << format_fixed(r.bytes_ratio, 2)
+              << "x the bytes (goal: time ratio >= bytes ratio where memory-bound)\n";
   }
   bool subset = false;
   for (const CaseResult& r : results)

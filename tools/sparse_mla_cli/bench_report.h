@@ -35,7 +35,18 @@ struct HeadRatio {
 
 std::vector<HeadRatio> head_ratios(const std::vector<CaseResult>& results);
 
+// A V4.1 case (v41_fp8 main cache) and the same problem stored as v4_fp8 records, both run
+// (the v41 suite's pairs): issue 24's goal is time_ratio >= bytes_ratio where V4 is memory-bound.
+struct StorageRatio {
+  std::string name, v4_name;
+  double time_ratio;   // v4_fp8 median / V4.1 median
+  double bytes_ratio;  // v4_fp8 bytes / V4.1 bytes
+};
+
+std::vector<StorageRatio> storage_ratios(const std::vector<CaseResult>& results);
+
 void print_summaries(const std::vector<CaseResult>& results, Backend backend, const Ceilings& ceil,
-                     const std::vector<HeadRatio>& ratios);
+                     const std::vector<HeadRatio>& ratios,
+                     const std::vector<StorageRatio>& storage);
 
 }  // namespace sparse_mla::cli::bench

@@ -1,0 +1,43 @@
+// e2m1 (FP4) values of the v41_fp4 cache (SPEC §4): one rule for the host codec, the CPU back end
+// and the CUDA kernels. A code is 4 bits: sign bit 3, magnitude index bits 0-2 selecting
+// {0, 0.5, 1, 1.5, 2, 3, 4, 6}; two codes share a byte, the even-indexed value in the low nibble.
+#pragma once
+
+#include <cstdint>
+
+#include "core/host_device.h"
+
+namespace sparse_mla::detail {
+
+// The fp32 bit pattern of code & 0xf. Magnitude m >= 2 is 2^((m >> 1) - 1) * (1 + (m & 1) / 2):
+// exponent field (m >> 1) + 126 and the top mantissa bit m & 1; m = 1 is 0.5, m = 0 is 0.
+SMLA_HOST_DEVICE constexpr uint32_t e2m1_fp32_bits(uint32_t code) {
+  const uint32_t m = code & 7u;
+  const uint32_t magnitude = m >= 2u   ? (((m >> 1) + 126u) << 23) | ((m & 1u) << 22)
+                             : m == 1u ? 0x3f000000u
+                                       : 0u;
+  return magnitude | ((code & 8u) << 28);
+}
+
+// The e2m1 code of an fp32 value given as bits, as PTX cvt.rn.satfinite.e2m1x2.f32 rounds it:
+// to nearest, ties to the even code (the one whose bit 0 is clear), |x| > 5 (and +-inf) saturating
+// to +-6. NaN gives code 0 (the quantizer's rule: a NaN tile is carried by its scale). The sign is
+// kept for every other input, so -0 and negatives that round to 0 give 0x8.
+// The midpoints between neighbours are 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5; each tie goes to the
+// even code, so the magnitude index is the number of midpoints passed: strictly (>) where the tie
+// belongs to the lower, even code (0.25, 1.25, 2.5, 5), inclusively (>=) where it belongs to the
+// upper one (0.75, 1.75, 3.5). Branch-free: the host loop vectorises and warps do not diverge.
+SMLA_HOST_DEVICE constexpr uint8_t e2m1_code_of_fp32_bits(uint32_t bits) {
+  const uint32_t a = bits & 0x7fffffffu;   // non-negative fp32 bit patterns sort like their values
+  if (a > 0x7f800000u) return 0;           // NaN
+  const uint32_t m = (a > 0x3e800000u) +   // 0.25
+                     (a >= 0x3f400000u) +  // 0.75
+                     (a > 0x3fa00000u) +   // 1.25
+                     (a >= 0x3fe00000u) +  // 1.75
+                     (a > 0x40200000u) +   // 2.5
+                     (a >= 0x40600000u) +  // 3.5
+                     (a > 0x40a00000u);    // 5
+  return static_cast<uint8_t>(((bits >> 28) & 8u) | m);
+}
+
+}  // namespace sparse_mla::detail
