@@ -68,4 +68,22 @@ void dequantize_kv_cache(const at::Tensor& cache, std::optional<std::string_view
   throw_if_error(sparse_mla::dequantize_kv_cache(view, out_view, run_options_for(cache.device())));
 }
 
+void write_kv_cache(const at::Tensor& rows, const at::Tensor& slot_mapping, at::Tensor& cache,
+                    std::optional<std::string_view> kv_format,
+                    std::optional<std::string_view> kv_layout) {
+  constexpr const char* kOp = "write_kv_cache";
+  check_disjoint(kOp, "cache", cache, "rows", rows);
+  check_disjoint(kOp, "cache", cache, "slot_mapping", slot_mapping);
+  // A packed page_split copy (a clone) is written through a staging buffer in the format's block
+  // stride; a cache in its format's stride is written in place, with no allocation.
+  at::Tensor staged;
+  const KvCacheView view = to_cache_view(kOp, "cache", cache, kv_format, kv_layout, &staged);
+  const TensorView rows_view = to_view(kOp, "rows", rows);
+  const TensorView slots_view = to_view(kOp, "slot_mapping", slot_mapping);
+  const c10::DeviceGuard guard(cache.device());
+  throw_if_error(
+      sparse_mla::write_kv_cache(rows_view, slots_view, view, run_options_for(cache.device())));
+  if (staged.defined()) copy_back(cache, staged, view);
+}
+
 }  // namespace sparse_mla::python

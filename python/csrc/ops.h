@@ -91,4 +91,12 @@ void quantize_kv_cache(const at::Tensor& kv, std::string_view kv_format, at::Ten
 void dequantize_kv_cache(const at::Tensor& cache, std::optional<std::string_view> kv_format,
                          at::Tensor& out, std::optional<std::string_view> kv_layout);
 
+// The engine's per-step cache writer: rows [n, d_qk] bf16 quantized into `cache` at the physical
+// slots slot_mapping [n] int32 (slots < 0 skipped); other tokens untouched. On CUDA one kernel on
+// torch's current stream, no allocation and no synchronisation (CUDA-graph safe) for caches with
+// their format's block stride.
+void write_kv_cache(const at::Tensor& rows, const at::Tensor& slot_mapping, at::Tensor& cache,
+                    std::optional<std::string_view> kv_format,
+                    std::optional<std::string_view> kv_layout);
+
 }  // namespace sparse_mla::python

@@ -43,6 +43,10 @@ TORCH_LIBRARY(sparse_mla, m) {
       "dequantize_kv_cache(Tensor cache, str? kv_format, Tensor(a!) out, *, "
       "str? kv_layout=None) -> ()",
       tags);
+  m.def(
+      "write_kv_cache(Tensor rows, Tensor slot_mapping, Tensor(a!) cache, str? kv_format=None, "
+      "str? kv_layout=None) -> ()",
+      tags);
 }
 
 TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) {
@@ -53,6 +57,7 @@ TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) {
   m.impl("sparse_decode_alloc", &sparse_mla::python::sparse_decode_alloc);
   m.impl("quantize_kv_cache", &sparse_mla::python::quantize_kv_cache);
   m.impl("dequantize_kv_cache", &sparse_mla::python::dequantize_kv_cache);
+  m.impl("write_kv_cache", &sparse_mla::python::write_kv_cache);
 }
 
 TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) {
@@ -63,13 +68,15 @@ TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) {
   m.impl("sparse_decode_alloc", &sparse_mla::python::sparse_decode_alloc);
   m.impl("quantize_kv_cache", &sparse_mla::python::quantize_kv_cache);
   m.impl("dequantize_kv_cache", &sparse_mla::python::dequantize_kv_cache);
+  m.impl("write_kv_cache", &sparse_mla::python::write_kv_cache);
 }
 
 // No operator has a backward: an input that requires grad raises instead of giving outputs
 // without gradients.
 TORCH_LIBRARY_IMPL(sparse_mla, Autograd, m) {
-  for (const char* name : {"sparse_prefill", "sparse_prefill_alloc", "plan_decode", "sparse_decode",
-                           "sparse_decode_alloc", "quantize_kv_cache", "dequantize_kv_cache"}) {
+  for (const char* name :
+       {"sparse_prefill", "sparse_prefill_alloc", "plan_decode", "sparse_decode",
+        "sparse_decode_alloc", "quantize_kv_cache", "dequantize_kv_cache", "write_kv_cache"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&sparse_mla::python::no_backward>());
   }
 }

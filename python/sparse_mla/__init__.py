@@ -10,7 +10,7 @@ inside CUDA graphs.
   ``v41_fp8``, ``v41_fp4`` or ``bf16``; V4.1 records in either page layout, ``kv_layout``),
   optionally a second ("extra") cache in the same softmax.
 - :func:`quantize_kv_cache`, :func:`dequantize_kv_cache`, :func:`empty_kv_cache` — SPEC §4 byte
-  layouts.
+  layouts; :func:`write_kv_cache` — an engine's per-step cache writer (CUDA-graph safe).
 - :mod:`sparse_mla.reference` — the definitions in plain torch (float64), for tests.
 - :mod:`sparse_mla.flash_mla` — FlashMLA's Python API on top of this library.
 """
@@ -47,6 +47,7 @@ from sparse_mla.kv_cache import (  # noqa: E402  (needs the extension loaded)
     kv_cache_block_stride,
     kv_cache_format,
     quantize_kv_cache,
+    write_kv_cache,
 )
 from sparse_mla.ops import DecodePlan, plan_decode, sparse_decode, sparse_prefill  # noqa: E402
 
@@ -64,4 +65,5 @@ __all__ = [
     "quantize_kv_cache",
     "sparse_decode",
     "sparse_prefill",
+    "write_kv_cache",
 ]

@@ -312,5 +312,37 @@ def dequantize_kv_cache(
     return out
 
 
+def write_kv_cache(
+    rows: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    cache: torch.Tensor,
+    kv_format: Union[str, KvCacheFormat, None] = None,
+    kv_layout: Optional[str] = None,
+) -> torch.Tensor:
+    """Quantizes new tokens' rows into a paged cache at their slots: the call an engine makes
+    every step after computing the new tokens' latents.
+
+    Args:
+        rows: ``[n, d_qk]`` bf16 (row stride any, last dim contiguous).
+        slot_mapping: ``[n]`` int32 physical slots ``block * page_block_size + offset``; a slot
+            < 0 is skipped (padding tokens). A slot past the cache is an error on the CPU and
+            skipped on CUDA (a kernel cannot report it without a synchronisation).
+        cache: ``[num_blocks, page_block_size, 1, bytes_per_token]``, written in place: each
+            written token's record gets the bytes :func:`quantize_kv_cache` would give it, no
+            other byte changes.
+        kv_format: format name; inferred from the cache's dtype and last dim when omitted.
+        kv_layout: ``"page_split"`` or ``"token_interleaved"`` (default: the format's own).
+
+    Returns:
+        ``cache``. On CUDA the write is one kernel on torch's current stream with no allocation
+        and no synchronisation, so it can be captured in a CUDA graph (a packed page_split copy,
+        as ``clone()`` makes, is written through a staging buffer instead: keep caches as views).
+    """
+    name = None if kv_format is None else kv_cache_format(kv_format).name
+    _WRITE(rows, slot_mapping, cache, name, kv_layout)
+    return cache
+
+
 _QUANTIZE = torch.ops.sparse_mla.quantize_kv_cache.default
 _DEQUANTIZE = torch.ops.sparse_mla.dequantize_kv_cache.default
+_WRITE = torch.ops.sparse_mla.write_kv_cache.default

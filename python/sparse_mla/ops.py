@@ -453,3 +453,16 @@ def _dequantize_kv_cache_fake(
             f"dequantize_kv_cache: out is on {out.device} but cache is on {cache.device}"
         )
     return None
+
+
+@torch.library.register_fake("sparse_mla::write_kv_cache")
+def _write_kv_cache_fake(
+    rows: torch.Tensor, slot_mapping: torch.Tensor, cache: torch.Tensor,
+    kv_format: Optional[str] = None, kv_layout: Optional[str] = None,
+) -> None:
+    for name, t in (("rows", rows), ("slot_mapping", slot_mapping)):
+        if t.device != cache.device:
+            raise ValueError(
+                f"write_kv_cache: {name} is on {t.device} but cache is on {cache.device}"
+            )
+    return None

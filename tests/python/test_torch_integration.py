@@ -71,6 +71,57 @@ def test_opcheck_kv_cache_codec(fmt, d_qk, page_block_size, pad):
                           (cache, None, torch.empty(3, page_block_size, 1, d_qk)))
 
 
+@pytest.mark.parametrize("fmt,layout,page_block_size,pad",
+                         [("v41_fp8", "page_split", 61, False), ("v41_fp8", "page_split", 64, False),
+                          ("v41_fp4", "page_split", 5, False),
+                          ("v41_fp8", "token_interleaved", 3, True),
+                          ("v41_fp4", "token_interleaved", 7, False)])
+def test_opcheck_v41_codec(fmt, layout, page_block_size, pad):
+    """The V4.1 layouts through opcheck: its clones pack a page_split cache of 61 or 5 tokens
+    per block below the format's stride, and the package reads and writes the packed copy."""
+    rows = (torch.randn(3, page_block_size, 1, 512) / 10).to(torch.bfloat16)
+    info = sparse_mla.kv_cache_format(fmt)
+    stride = sparse_mla.kv_cache_block_stride(fmt, page_block_size, kv_layout=layout)
+    stride += info.alignment(layout) if pad else 0
+    cache = sparse_mla.empty_kv_cache(3, page_block_size, fmt, kv_layout=layout,
+                                      block_stride=stride)
+    layout_kw = {"kv_layout": layout}
+    torch.library.opcheck(torch.ops.sparse_mla.quantize_kv_cache.default, (rows, fmt, cache),
+                          layout_kw)
+    sparse_mla.quantize_kv_cache(rows, fmt, kv_layout=layout, out=cache)
+    torch.library.opcheck(torch.ops.sparse_mla.dequantize_kv_cache.default,
+                          (cache, None, torch.empty(3, page_block_size, 1, 512)), layout_kw)
+    new_rows = (torch.randn(4, 512) / 10).to(torch.bfloat16)
+    slots = torch.tensor([3 * page_block_size - 1, -1, 0, 1], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.sparse_mla.write_kv_cache.default,
+                          (new_rows, slots, cache, fmt, layout))
+
+
+@pytest.mark.parametrize("fmt,d_qk", [("v4_fp8", 512), ("v32_fp8", 576), ("bf16", 512)])
+def test_opcheck_write_kv_cache(fmt, d_qk):
+    cache = sparse_mla.quantize_kv_cache((torch.randn(2, 61, 1, d_qk) / 10).to(torch.bfloat16),
+                                         fmt)
+    rows = (torch.randn(3, d_qk) / 10).to(torch.bfloat16)
+    slots = torch.tensor([100, -7, 5], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.sparse_mla.write_kv_cache.default, (rows, slots, cache))
+
+
+def test_write_kv_cache_compiles():
+    torch._dynamo.reset()
+    cache = sparse_mla.empty_kv_cache(2, 64, "v41_fp8", kv_layout="token_interleaved")
+    rows = (torch.randn(5, 512) / 10).to(torch.bfloat16)
+    slots = torch.tensor([0, 70, -1, 3, 127], dtype=torch.int32)
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def step(rows, slots):
+        sparse_mla.write_kv_cache(rows * 2, slots, cache, "v41_fp8", "token_interleaved")
+
+    step(rows, slots)
+    want = sparse_mla.empty_kv_cache(2, 64, "v41_fp8", kv_layout="token_interleaved")
+    sparse_mla.write_kv_cache(rows * 2, slots, want, "v41_fp8", "token_interleaved")
+    assert torch.equal(cache, want) and cache.any()
+
+
 def test_plan_decode_fake_is_the_real_plan():
     """plan_decode's fake implementation plans for the fake tensors' device from their shapes."""
     from torch._subclasses.fake_tensor import FakeTensorMode
