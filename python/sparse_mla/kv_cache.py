@@ -266,6 +266,11 @@ def quantize_kv_cache(
             f"got {list(kv.shape)}"
         )
     num_blocks, page_block_size, _, d_qk = kv.shape
+    if fmt.d_qk is not None and d_qk != fmt.d_qk:  # checked before the cache is allocated
+        raise ValueError(
+            f"quantize_kv_cache: kv.shape[3] (d_qk) = {d_qk}, but {fmt.name} stores d_qk = "
+            f"{fmt.d_qk}"
+        )
     if out is None:
         out = empty_kv_cache(num_blocks, page_block_size, fmt, d_qk=d_qk, kv_layout=layout,
                              device=kv.device)

@@ -172,14 +172,24 @@ def test_fuzz_prefill(call):
 
 @st.composite
 def decode_calls(draw):
-    fmt = draw(st.sampled_from(["v32_fp8", "v4_fp8", "bf16"]))
-    extra = fmt == "v4_fp8" and draw(st.booleans())
+    fmt = draw(st.sampled_from(["v32_fp8", "v4_fp8", "bf16", "v41_fp8", "v41_fp4"]))
+    extra = fmt in ("v4_fp8", "v41_fp8") and draw(st.booleans())
+    v41 = fmt.startswith("v41")
+    # V4.1: each cache's layout (None: the default), the extra cache v41_fp8 or v41_fp4.
+    layouts = [None, "page_split", "token_interleaved"]
+    kv_layout = draw(st.sampled_from(layouts)) if v41 else None
+    extra_fmt = draw(st.sampled_from([None, "v41_fp8", "v41_fp4"])) if v41 and extra else None
+    extra_kv_layout = draw(st.sampled_from(layouts)) if v41 and extra else None
     args = decode_case(b=draw(st.integers(1, 2)), s_q=draw(st.integers(1, 2)),
                        h_q=draw(st.sampled_from([1, 4, 16])), topk=draw(st.integers(1, 9)),
                        fmt=fmt, page_block_size=draw(st.sampled_from([1, 2, 5, 64])),
                        extra=extra, extra_topk=draw(st.integers(1, 5)),
                        extra_page_block_size=draw(st.sampled_from([1, 3])),
+                       kv_layout=kv_layout, extra_fmt=extra_fmt, extra_kv_layout=extra_kv_layout,
                        pad=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+    if draw(st.integers(0, 9)) == 0:  # a layout name that is wrong, or one the format lacks
+        key = draw(st.sampled_from(["kv_layout", "extra_kv_layout"] if extra else ["kv_layout"]))
+        args[key] = draw(st.sampled_from(["page_split", "token_interleaved", "interleaved", ""]))
     names = ["q", "kv_cache", "indices", "topk_length", "attn_sink"]
     if extra:
         names += ["extra_kv_cache", "extra_indices", "extra_topk_length"]
@@ -223,12 +233,15 @@ def test_fuzz_decode(call):
         return
     assert d_v == 512
     cache = args["kv_cache"]
-    if cache.shape[0] > 1 and sparse_mla.infer_kv_cache_format(cache) == "v4_fp8":
-        # Accepted v4_fp8 views have the format's block stride, or are packed copies.
-        assert cache.stride(0) in (sparse_mla.kv_cache_block_stride("v4_fp8", cache.shape[1]),
-                                   cache.shape[1] * 584)
+    fmt = sparse_mla.kv_cache_format(sparse_mla.infer_kv_cache_format(cache))
+    layout = fmt.layout(args.get("kv_layout"))
+    if cache.shape[0] > 1 and layout == "page_split":
+        # Accepted page_split views have the format's block stride, or are packed copies.
+        assert cache.stride(0) in (
+            sparse_mla.kv_cache_block_stride(fmt, cache.shape[1], kv_layout=layout),
+            cache.shape[1] * cache.shape[3])
     if cache.stride(0) == cache.shape[1] * cache.shape[3] and cache.shape[0] > 1 \
-            and sparse_mla.infer_kv_cache_format(cache) == "v4_fp8":
+            and layout == "page_split":
         return  # packed copy: read correctly (test_bad_input), the reference reads views only
     want = sparse_decode_reference(**args)
     for name, tol, g, w in zip(("out", "lse"), (DECODE_OUT, DECODE_LSE), got, want):

@@ -127,3 +127,10 @@ def test_bad_layout_before_allocating():
     q = torch.zeros(1, 1, 1, 512, dtype=torch.bfloat16).expand(2, 1, 2**31, 512)
     with pytest.raises(ValueError, match='kv_layout = "diagonal" is not a KV-cache layout'):
         sparse_mla.sparse_decode(**dict(args, q=q, kv_layout="diagonal"))
+
+
+def test_quantize_checks_d_qk_before_allocating():
+    rows = torch.zeros(1, 1, 1, 576, dtype=torch.bfloat16).expand(2**20, 2**20, 1, 576)
+    with pytest.raises(ValueError, match=r"quantize_kv_cache: kv.shape\[3\] \(d_qk\) = 576, "
+                                         "but v41_fp4 stores d_qk = 512"):
+        sparse_mla.quantize_kv_cache(rows, "v41_fp4")  # a cache of 2^40 tokens is never made
