@@ -13,7 +13,7 @@ namespace sparse_mla::detail {
 // exponent field (m >> 1) + 126 and the top mantissa bit m & 1; m = 1 is 0.5, m = 0 is 0.
 SMLA_HOST_DEVICE constexpr uint32_t e2m1_fp32_bits(uint32_t code) {
   const uint32_t m = code & 7u;
-  const uint32_t magnitude = m >= 2u ? (((m >> 1) + 126u) << 23) | ((m & 1u) << 22)
+  const uint32_t magnitude = m >= 2u   ? (((m >> 1) + 126u) << 23) | ((m & 1u) << 22)
                              : m == 1u ? 0x3f000000u
                                        : 0u;
   return magnitude | ((code & 8u) << 28);

@@ -102,9 +102,9 @@ Status check_backend(const char* fn, const RunOptions& options, const Device& de
   SMLA_RETURN_IF_ERROR(validate_run_options(fn, options));
   if (options.backend == Backend::kAuto) return {};
   if ((options.backend == Backend::kCuda) != device.is_cuda()) {
-    return invalid_argument(std::string(fn) + ": options.backend = " +
-                            backend_name(options.backend) + " cannot run on a cache on " +
-                            to_string(device));
+    return invalid_argument(std::string(fn) +
+                            ": options.backend = " + backend_name(options.backend) +
+                            " cannot run on a cache on " + to_string(device));
   }
   return {};
 }

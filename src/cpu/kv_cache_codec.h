@@ -9,8 +9,7 @@
 
 namespace sparse_mla::cpu {
 
-Status quantize_kv_cache_host(const TensorView& kv_bf16, const KvCacheView& cache,
-                              int num_threads);
+Status quantize_kv_cache_host(const TensorView& kv_bf16, const KvCacheView& cache, int num_threads);
 Status dequantize_kv_cache_host(const KvCacheView& cache, const TensorView& kv_out,
                                 int num_threads);
 // Checks every slot first (slot >= num_slots: an error naming slot_mapping[i] and its value,

@@ -134,13 +134,30 @@ INSTANTIATE_TEST_SUITE_P(Backends, HandComputedDecode,
                          ::testing::Values(Backend::kReference, Backend::kCpu),
                          [](const auto& info) { return std::string(backend_name(info.param)); });
 
-// The decode reference on an FP8 cache equals the prefill reference on the dequantized rows
-// (exact in bf16: e4m3 values times power-of-two scales) with the main and extra lists
-// concatenated. Ties decode's definition to prefill's, which the hand cases pin down.
+// The decode reference on a quantized cache equals the prefill reference on the dequantized rows
+// (exact in bf16: e4m3 values times power-of-two scales, e2m1 values times e4m3 scales) with the
+// main and extra lists concatenated, also for V4.1's fp8 main cache with an fp4 extra cache. Ties
+// decode's definition to prefill's, which the hand cases pin down.
 TEST(ReferenceDecode, EqualsPrefillOnDequantizedRows) {
-  for (KvCacheFormat format : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8}) {
+  struct Caches {
+    KvCacheFormat format;
+    KvLayout layout;
+    KvCacheFormat extra_format;
+    KvLayout extra_layout;
+  };
+  using enum KvCacheFormat;
+  using enum KvLayout;
+  for (const Caches& caches :
+       {Caches{kV32Fp8, kDefault, kV32Fp8, kDefault}, Caches{kV4Fp8, kDefault, kV4Fp8, kDefault},
+        Caches{kV41Fp8, kPageSplit, kV41Fp4, kTokenInterleaved},
+        Caches{kV41Fp8, kTokenInterleaved, kV41Fp4, kPageSplit},
+        Caches{kV41Fp8, kTokenInterleaved, kV41Fp8, kPageSplit}}) {
+    const KvCacheFormat format = caches.format;
     DecodeRecipe r;
     r.format = format;
+    r.kv_layout = caches.layout;
+    r.extra_format = caches.extra_format;
+    r.extra_kv_layout = caches.extra_layout;
     r.b = 2;
     r.s_q = 2;
     r.h_q = 8;
@@ -276,6 +293,61 @@ INSTANTIATE_TEST_SUITE_P(Recipe, DecodeSweep,
                                   std::to_string(std::get<1>(info.param)) + "_topk" +
                                   std::to_string(std::get<2>(info.param));
                          });
+
+// DeepSeek V4.1: a v41_fp8 main cache alone or with a v41_fp8 / v41_fp4 extra cache, every
+// layout pair, h_q 8/16/64/128, s_q 1-6 (one token plus drafts), the window list 128 + drafts
+// (padded to 192 when drafting) and a 512-slot compressed list, page sizes cycling through SPEC
+// §5's odd sizes and V4.1's 256 / 64.
+enum class V41Extra { kNone, kFp8PageSplit, kFp8Interleaved, kFp4PageSplit, kFp4Interleaved };
+
+const char* v41_extra_name(V41Extra extra) {
+  static constexpr const char* kNames[] = {"alone", "fp8_page_split", "fp8_interleaved",
+                                           "fp4_page_split", "fp4_interleaved"};
+  return kNames[static_cast<int>(extra)];
+}
+
+class V41DecodeSweep
+    : public ::testing::TestWithParam<std::tuple<KvLayout, V41Extra, int /*h_q*/>> {};
+
+TEST_P(V41DecodeSweep, CpuMatchesReference) {
+  const auto [layout, extra, h_q] = GetParam();
+  const int e = static_cast<int>(extra);
+  const int n = e * 13 + h_q + (layout == KvLayout::kPageSplit ? 0 : 5);
+  constexpr int64_t kPages[] = {1, 2, 53, 61, 64, 69, 576, 256};
+  DecodeRecipe r;
+  r.format = KvCacheFormat::kV41Fp8;
+  r.kv_layout = layout;
+  r.h_q = h_q;
+  r.s_q = 1 + n % 6;
+  r.topk = r.s_q == 1 ? 128 : 192;
+  r.page_block_size = kPages[n % 8];
+  r.extra_cache = extra != V41Extra::kNone;
+  if (r.extra_cache) {
+    r.extra_format = e <= 2 ? KvCacheFormat::kV41Fp8 : KvCacheFormat::kV41Fp4;
+    r.extra_kv_layout = e % 2 == 1 ? KvLayout::kPageSplit : KvLayout::kTokenInterleaved;
+    r.extra_topk = h_q >= 64 ? 100 : 512;  // keeps the double reference near a second
+    r.extra_page_block_size = kPages[(n + 3) % 8];
+  }
+  r.topk_length_per_token = n % 2 == 0;
+  r.extra_topk_length_per_token = n % 3 == 0;
+  r.padded_strides = n % 4 != 3;
+  r.b = h_q >= 64 ? 1 : 2;
+  r.seed = static_cast<uint64_t>(4100 + n);
+  expect_cpu_matches_reference(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipe, V41DecodeSweep,
+    ::testing::Combine(::testing::Values(KvLayout::kPageSplit, KvLayout::kTokenInterleaved),
+                       ::testing::Values(V41Extra::kNone, V41Extra::kFp8PageSplit,
+                                         V41Extra::kFp8Interleaved, V41Extra::kFp4PageSplit,
+                                         V41Extra::kFp4Interleaved),
+                       ::testing::Values(8, 16, 64, 128)),
+    [](const auto& info) {
+      return std::string(kv_layout_name(std::get<0>(info.param))) + "_extra_" +
+             v41_extra_name(std::get<1>(info.param)) + "_h" +
+             std::to_string(std::get<2>(info.param));
+    });
 
 TEST(CpuDecode, ManyRequestsSmallTopk) {
   DecodeRecipe r;

@@ -11,6 +11,8 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "sparse_mla/sparse_mla.h"
@@ -19,19 +21,39 @@ namespace sparse_mla::verify {
 namespace {
 
 TEST(Recipe, CacheBytesNoTokenOwnsAreNaN) {
-  for (KvCacheFormat format : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8}) {
+  using enum KvCacheFormat;
+  using enum KvLayout;
+  const std::pair<KvCacheFormat, KvLayout> caches[] = {
+      {kV32Fp8, kDefault},          {kV4Fp8, kDefault},    {kV41Fp8, kPageSplit},
+      {kV41Fp8, kTokenInterleaved}, {kV41Fp4, kPageSplit}, {kV41Fp4, kTokenInterleaved}};
+  for (const auto& [format, layout] : caches) {
+    SCOPED_TRACE(std::string(kv_cache_format_name(format)) + " " + kv_layout_name(layout));
     DecodeRecipe r;
     r.format = format;
+    r.kv_layout = layout;
     r.page_block_size = 5;
+    r.topk_length = false;  // every listed slot is attended
     DecodeCase c;
     ASSERT_TRUE(make_decode_case(r, &c).ok());
-    const KvCacheFormatInfo& info = kv_cache_format_info(format);
+    const KvCacheFormatInfo& info = kv_cache_format_info(format, layout);
+    // The poison stays outside the records of referenced tokens: they decode without NaN.
+    const TensorView& idx = c.indices_view;
+    for (int64_t b = 0; b < idx.sizes[0]; ++b) {
+      for (int64_t k = 0; k < idx.sizes[2]; ++k) {
+        const int32_t slot = c.indices[b * idx.strides[0] + k];
+        if (slot < 0 || slot >= c.cache_view.num_slots()) continue;
+        std::vector<float> row(c.cache_view.d_qk);
+        dequantize_kv_token(c.cache_view, slot, row.data());
+        for (float v : row) ASSERT_FALSE(std::isnan(v)) << "slot " << slot;
+      }
+    }
     const int64_t page = c.cache_view.page_block_size, stride = c.cache_view.block_stride_bytes;
-    int64_t used = page * kv_cache_bytes_per_token(format, c.cache_view.d_qk);
+    // Every format's records fill exactly page * bytes_per_token bytes: the scale rows of the
+    // V4.1 page_split layouts have no padding byte, v4_fp8's have one.
+    const int64_t used = page * kv_cache_bytes_per_token(format, c.cache_view.d_qk);
     for (int64_t blk = 0; blk < c.cache_view.num_blocks; ++blk) {
       const uint8_t* block = c.cache.data() + blk * stride;
-      if (info.layout == KvLayout::kPageSplit) {
-        used = page * info.data_row_bytes + page * info.scale_row_bytes;
+      if (format == kV4Fp8) {
         for (int64_t t = 0; t < page; ++t) {  // the 8th byte of each 8-byte scale row
           EXPECT_EQ(block[page * info.data_row_bytes + t * 8 + 7], 0xff) << "token " << t;
         }

@@ -12,6 +12,7 @@
 
 #include "sparse_mla/sparse_mla.h"
 #include "support/call_fixtures.h"
+#include "verify/recipe.h"
 
 namespace sparse_mla {
 namespace {
@@ -234,6 +235,13 @@ std::vector<DecodeCase> decode_cases() {
        "lse.strides[2] = 0 makes the output overlap itself"},
       {"unknown_format", [](auto& a) { a.kv_cache.format = static_cast<KvCacheFormat>(7); },
        "kv_cache.format = 7 is not a KV-cache format"},
+      {"v4_token_interleaved", [](auto& a) { a.kv_cache.layout = KvLayout::kTokenInterleaved; },
+       "kv_cache.layout = token_interleaved is not a layout of format v4_fp8 (it is page_split)"},
+      {"unknown_layout", [](auto& a) { a.kv_cache.layout = static_cast<KvLayout>(9); },
+       "kv_cache.layout = 9 is not a layout of format v4_fp8"},
+      {"extra_v41_fp4_with_v4", [](auto& a) { a.extra_kv_cache->format = KvCacheFormat::kV41Fp4; },
+       "extra_kv_cache.format = v41_fp4 cannot go with kv_cache.format = v4_fp8 (the extra cache "
+       "has the main cache's format)"},
   };
 }
 
@@ -288,6 +296,92 @@ TEST(DecodeValidation, HandMadeProblemsAreChecked) {
   s = plan_sparse_decode(bad, &plan);
   EXPECT_NE(s.message().find("problem.format = 9 is not a KV-cache format"), std::string::npos)
       << s.message();
+}
+
+// The V4.1 records: layouts named in the errors, the extra-format rule, token_interleaved block
+// strides, and plans that tell the layouts apart.
+TEST(DecodeValidation, V41LayoutsAndFormatPairs) {
+  verify::DecodeRecipe r;
+  r.format = KvCacheFormat::kV41Fp8;
+  r.kv_layout = KvLayout::kTokenInterleaved;
+  r.extra_cache = true;
+  r.extra_format = KvCacheFormat::kV41Fp4;
+  r.h_q = 8;
+  r.topk = 16;
+  r.extra_topk = 8;
+  r.page_block_size = 5;
+  r.padded_strides = false;
+  verify::DecodeCase c;
+  ASSERT_TRUE(verify::make_decode_case(r, &c).ok());
+  verify::DecodeOutputs outputs;
+  verify::allocate_outputs(c.problem, &outputs);
+  const SparseDecodeArgs good = c.args(outputs.out_view, outputs.lse_view);
+  SparseDecodeProblem problem;
+  ASSERT_TRUE(describe_sparse_decode(good, &problem).ok());
+  EXPECT_EQ(problem.kv_layout, KvLayout::kTokenInterleaved);
+  EXPECT_EQ(problem.extra_format, KvCacheFormat::kV41Fp4);
+  EXPECT_EQ(problem.extra_kv_layout, KvLayout::kPageSplit);  // the default, resolved
+  auto message = [&](const std::function<void(SparseDecodeArgs&)>& mutate) {
+    SparseDecodeArgs a = good;
+    mutate(a);
+    SparseDecodeProblem ignored;
+    const Status s = describe_sparse_decode(a, &ignored);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    return s.message();
+  };
+  EXPECT_NE(message([](auto& a) { a.kv_cache.block_stride_bytes += 512; })
+                .find("kv_cache.block_stride_bytes = 3152 is not a multiple of 528 as v41_fp8 "
+                      "token_interleaved requires"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& a) { a.extra_kv_cache->block_stride_bytes = 5 * 288; })
+                .find("extra_kv_cache.block_stride_bytes = 1440 is not a multiple of 256 as "
+                      "v41_fp4 page_split requires"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& a) {
+              a.kv_cache.format = KvCacheFormat::kV41Fp4;
+              a.kv_cache.block_stride_bytes = 5 * 288;
+              a.extra_kv_cache->format = KvCacheFormat::kV41Fp8;
+            }).find("extra_kv_cache.format = v41_fp8 cannot go with kv_cache.format = v41_fp4"),
+            std::string::npos);
+  EXPECT_NE(message([](auto& a) {
+              a.kv_cache.format = KvCacheFormat::kV32Fp8;
+              a.kv_cache.d_qk = 576;
+              a.kv_cache.layout = KvLayout::kPageSplit;
+            })
+                .find("kv_cache.layout = page_split is not a layout of format v32_fp8 (it is "
+                      "token_interleaved)"),
+            std::string::npos);
+  // A plan made for one layout refuses the other.
+  DecodePlan plan;
+  RunOptions options;
+  options.backend = Backend::kCpu;
+  ASSERT_TRUE(plan_sparse_decode(problem, &plan, options).ok());
+  SparseDecodeArgs other = good;
+  other.extra_kv_cache->layout = KvLayout::kTokenInterleaved;
+  other.extra_kv_cache->block_stride_bytes = 5 * 288;
+  Status s = sparse_decode(other, plan, nullptr, 0, DecodeSchedule::kBuild, options);
+  EXPECT_NE(s.message().find("do not match the plan: extra_kv_layout"), std::string::npos)
+      << s.message();
+  // Hand-made problems are checked by name.
+  SparseDecodeProblem bad = problem;
+  bad.kv_layout = static_cast<KvLayout>(4);
+  EXPECT_NE(plan_sparse_decode(bad, &plan)
+                .message()
+                .find("problem.kv_layout = unknown is not a layout of format v41_fp8"),
+            std::string::npos);
+  bad = problem;
+  bad.format = KvCacheFormat::kV4Fp8;
+  bad.kv_layout = KvLayout::kDefault;
+  EXPECT_NE(plan_sparse_decode(bad, &plan)
+                .message()
+                .find("problem.extra_format = v41_fp4 cannot go with format = v4_fp8"),
+            std::string::npos);
+  bad = problem;
+  bad.has_extra = false;
+  bad.extra_topk = 0;
+  EXPECT_NE(
+      plan_sparse_decode(bad, &plan).message().find("extra_format are set but has_extra is false"),
+      std::string::npos);
 }
 
 TEST(DecodeValidation, PlanForCudaWithoutDeviceIsRefused) {
