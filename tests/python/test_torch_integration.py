@@ -52,6 +52,30 @@ def test_opcheck_sparse_decode(fmt, page_block_size, extra, with_workspace):
                           decode_alloc_op_args(args, workspace))
 
 
+@pytest.mark.parametrize("layout,extra_layout", [("page_split", "page_split"),
+                                                 ("token_interleaved", "page_split")])
+def test_opcheck_sparse_decode_v41(layout, extra_layout):
+    """V4.1 caches with the keyword-only layout and extra-format arguments; the page_split
+    caches (61 and 7 tokens per block) are packed by opcheck's clones and restaged."""
+    args = decode_case(fmt="v41_fp8", b=2, s_q=2, h_q=4, topk=16, page_block_size=61,
+                       num_blocks=3, kv_layout=layout, extra=True, extra_fmt="v41_fp4",
+                       extra_page_block_size=7, extra_num_blocks=4, extra_kv_layout=extra_layout,
+                       seed=39)
+    kwargs = dict(kv_layout=layout, extra_kv_format="v41_fp4", extra_kv_layout=extra_layout)
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_decode.default, decode_op_args(args),
+                          kwargs)
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_decode_alloc.default,
+                          decode_alloc_op_args(args), kwargs)
+    op_args = decode_op_args(args)[:9] + (512,)
+    real = torch.ops.sparse_mla.plan_decode.default(*op_args, **kwargs)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fake_args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+                          for a in op_args)
+        assert torch.ops.sparse_mla.plan_decode.default(*fake_args, **kwargs) == real
+
+
 def test_opcheck_sparse_prefill_alloc():
     args = prefill_case(s_q=3, s_kv=40, h_q=4, d_qk=576, topk=16, seed=30)
     torch.library.opcheck(torch.ops.sparse_mla.sparse_prefill_alloc.default,
@@ -161,6 +185,34 @@ def test_compile_fullgraph(backend):
     compiled = torch.compile(step, fullgraph=True, backend=backend)
     for got, want in zip(compiled(*inputs), step(*inputs)):
         torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
+def test_compile_v41_decode_and_write():
+    """One engine step over V4.1 caches, compiled without graph breaks: write the new tokens,
+    then decode with the layout keywords."""
+    torch._dynamo.reset()
+    d = decode_case(fmt="v41_fp8", b=2, s_q=1, h_q=8, topk=16, page_block_size=64, pad=False,
+                    kv_layout="token_interleaved", extra=True, extra_fmt="v41_fp4",
+                    extra_page_block_size=16, seed=40)
+    rows = (torch.randn(2, 512) / 10).to(torch.bfloat16)
+    slots = torch.tensor([3, -1], dtype=torch.int32)
+    layouts = dict(kv_layout="token_interleaved", extra_kv_format="v41_fp4",
+                   extra_kv_layout="token_interleaved")
+    cache = d["kv_cache"].clone()
+    want_cache = d["kv_cache"].clone()
+
+    def step(q, rows, cache):
+        sparse_mla.write_kv_cache(rows, slots, cache, "v41_fp8", "token_interleaved")
+        return sparse_mla.sparse_decode(q, cache, d["indices"], topk_length=d["topk_length"],
+                                        extra_kv_cache=d["extra_kv_cache"],
+                                        extra_indices=d["extra_indices"],
+                                        extra_topk_length=d["extra_topk_length"], **layouts)
+
+    got = torch.compile(step, fullgraph=True, backend="aot_eager")(d["q"], rows, cache)
+    want = step(d["q"], rows, want_cache)
+    assert torch.equal(cache, want_cache) and not torch.equal(cache, d["kv_cache"])
+    assert not got[0].isnan().any()
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_compile_with_out_buffers_and_plan():
