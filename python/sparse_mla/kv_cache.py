@@ -79,9 +79,10 @@ class KvCacheFormat:
         return self.block_alignments[0]
 
     def layout(self, kv_layout: Optional[str] = None, arg: str = "kv_layout") -> str:
-        """``kv_layout`` checked against this format (``None``: the default layout); ValueError
-        naming ``arg`` and the value for an unknown name or a layout the format lacks."""
-        if kv_layout is None:
+        """``kv_layout`` checked against this format (``None`` or ``"default"``: the default
+        layout); ValueError naming ``arg`` and the value for an unknown name or a layout the
+        format lacks."""
+        if kv_layout is None or kv_layout == "default":
             return self.default_layout
         if kv_layout not in KV_LAYOUTS:
             raise ValueError(

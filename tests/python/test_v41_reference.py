@@ -149,6 +149,9 @@ def test_block_strides_and_allocation():
     with pytest.raises(ValueError, match="kv_layout = 'page_split' is not a layout of v32_fp8"):
         sparse_mla.empty_kv_cache(2, 5, "v32_fp8", kv_layout="page_split")
     assert sparse_mla.kv_cache_format("v41_fp4").layouts == ("page_split", "token_interleaved")
+    # "default" names the format's own layout, as in the C++ API.
+    assert sparse_mla.kv_cache_format("v32_fp8").layout("default") == "token_interleaved"
+    assert sparse_mla.kv_cache_block_stride("v41_fp8", 61, kv_layout="default") == 32256
 
 
 def test_format_inference():
