@@ -333,9 +333,10 @@ def write_kv_cache(
         slot_mapping: ``[n]`` int32 physical slots ``block * page_block_size + offset``; a slot
             < 0 is skipped (padding tokens). A slot past the cache is an error on the CPU and
             skipped on CUDA (a kernel cannot report it without a synchronisation).
-        cache: ``[num_blocks, page_block_size, 1, bytes_per_token]``, written in place: each
-            written token's record gets the bytes :func:`quantize_kv_cache` would give it, no
-            other byte changes.
+        cache: ``[num_blocks, page_block_size, 1, bytes_per_token]`` on rows' device, written
+            in place: each written token's record gets the bytes :func:`quantize_kv_cache` would
+            give it, no other byte changes. A slot named by several rows gets the last of them
+            on the CPU, one of them on CUDA.
         kv_format: format name; inferred from the cache's dtype and last dim when omitted.
         kv_layout: ``"page_split"`` or ``"token_interleaved"`` (default: the format's own).
 
