@@ -345,7 +345,8 @@ def write_kv_cache(
         and no synchronisation, so it can be captured in a CUDA graph (a packed page_split copy,
         as ``clone()`` makes, is written through a staging buffer instead: keep caches as views).
     """
-    name = None if kv_format is None else kv_cache_format(kv_format).name
+    # A string goes to the operator as it is: it names the operation and a bad value.
+    name = kv_format.name if isinstance(kv_format, KvCacheFormat) else kv_format
     _WRITE(rows, slot_mapping, cache, name, kv_layout)
     return cache
 

@@ -217,6 +217,24 @@ def decode_case(b=3, s_q=2, h_q=16, topk=64, fmt="v32_fp8", *, d_qk=None, page_b
     return args
 
 
+def token_records(cache: torch.Tensor, fmt: str, layout: Optional[str] = None) -> torch.Tensor:
+    """[num_slots, bytes_per_token] uint8: each token's record (data, scales, tail) gathered by
+    the SPEC §4 offsets of its layout, whatever the block stride (a view, a padded or a packed
+    cache)."""
+    info = sparse_mla.kv_cache_format(fmt)
+    layout = info.layout(layout)
+    raw = cache.view(torch.uint8)[:, :, 0, :]  # [num_blocks, pbs, bytes_per_token] token rows
+    num_blocks, pbs, record = raw.shape
+    if layout == "token_interleaved":
+        return raw.reshape(num_blocks * pbs, record)
+    # page_split: the block's first pbs * record bytes, data rows then scale rows.
+    data = {"v4_fp8": 576, "v41_fp8": 512, "v41_fp4": 256}[info.name]
+    block = raw.reshape(num_blocks, pbs * record)
+    rows = block[:, : pbs * data].reshape(num_blocks, pbs, data)
+    scales = block[:, pbs * data:].reshape(num_blocks, pbs, record - data)
+    return torch.cat([rows, scales], dim=-1).reshape(num_blocks * pbs, record)
+
+
 # ---- golden cases (tests/data/golden, from FlashMLA) -------------------------------------------
 
 _DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32, "int32": torch.int32,

@@ -176,7 +176,8 @@ def test_write_kv_cache_errors():
     with pytest.raises(ValueError, match='write_kv_cache: kv_layout = "paged" is not a KV-cache '
                                          "layout"):
         sparse_mla.write_kv_cache(rows, slots[:1], cache, kv_layout="paged")
-    with pytest.raises(ValueError, match="kv_format = 'v41' is not a KV-cache format"):
+    with pytest.raises(ValueError, match='write_kv_cache: kv_format = "v41" is not a KV-cache '
+                                         "format"):
         sparse_mla.write_kv_cache(rows, slots[:1], cache, "v41")
     with pytest.raises(ValueError, match="write_kv_cache: .*rows.*bf16"):
         sparse_mla.write_kv_cache(rows.float(), slots, cache)
