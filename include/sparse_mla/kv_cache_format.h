@@ -99,6 +99,10 @@ const char* kv_layout_name(KvLayout layout);
 KvLayout resolve_kv_layout(KvCacheFormat format, KvLayout layout);
 // True when (format, layout) is a row of the table.
 bool kv_cache_layout_supported(KvCacheFormat format, KvLayout layout);
+// Which extra-cache formats go with a main cache format (SPEC §3): the main cache's own, and with
+// a v41_fp8 main cache also v41_fp4; the rule in words for messages.
+bool kv_cache_extra_format_allowed(KvCacheFormat main, KvCacheFormat extra);
+const char* kv_cache_extra_format_rule(KvCacheFormat main);
 
 // Bytes per token as FlashMLA's `[num_blocks, page_block_size, 1, bytes_per_token]` view
 // counts them (656, 584, 2*d_qk).

@@ -24,31 +24,20 @@ SMLA_HOST_DEVICE constexpr uint32_t e2m1_fp32_bits(uint32_t code) {
 // to +-6. NaN gives code 0 (the quantizer's rule: a NaN tile is carried by its scale). The sign is
 // kept for every other input, so -0 and negatives that round to 0 give 0x8.
 // The midpoints between neighbours are 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5; each tie goes to the
-// even code, hence the alternating <= and <.
+// even code, so the magnitude index is the number of midpoints passed: strictly (>) where the tie
+// belongs to the lower, even code (0.25, 1.25, 2.5, 5), inclusively (>=) where it belongs to the
+// upper one (0.75, 1.75, 3.5). Branch-free: the host loop vectorises and warps do not diverge.
 SMLA_HOST_DEVICE constexpr uint8_t e2m1_code_of_fp32_bits(uint32_t bits) {
-  const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return 0;  // NaN
-  const uint8_t sign = static_cast<uint8_t>((bits >> 28) & 8u);
-  // Compare as ordered integers: non-negative fp32 bit patterns sort like their values.
-  uint8_t m;
-  if (abs_bits <= 0x3e800000u) {  // 0.25
-    m = 0;
-  } else if (abs_bits < 0x3f400000u) {  // 0.75
-    m = 1;
-  } else if (abs_bits <= 0x3fa00000u) {  // 1.25
-    m = 2;
-  } else if (abs_bits < 0x3fe00000u) {  // 1.75
-    m = 3;
-  } else if (abs_bits <= 0x40200000u) {  // 2.5
-    m = 4;
-  } else if (abs_bits < 0x40600000u) {  // 3.5
-    m = 5;
-  } else if (abs_bits <= 0x40a00000u) {  // 5
-    m = 6;
-  } else {
-    m = 7;
-  }
-  return sign | m;
+  const uint32_t a = bits & 0x7fffffffu;   // non-negative fp32 bit patterns sort like their values
+  if (a > 0x7f800000u) return 0;           // NaN
+  const uint32_t m = (a > 0x3e800000u) +   // 0.25
+                     (a >= 0x3f400000u) +  // 0.75
+                     (a > 0x3fa00000u) +   // 1.25
+                     (a >= 0x3fe00000u) +  // 1.75
+                     (a > 0x40200000u) +   // 2.5
+                     (a >= 0x40600000u) +  // 3.5
+                     (a > 0x40a00000u);    // 5
+  return static_cast<uint8_t>(((bits >> 28) & 8u) | m);
 }
 
 }  // namespace sparse_mla::detail

@@ -110,6 +110,16 @@ bool kv_cache_layout_supported(KvCacheFormat format, KvLayout layout) {
   return kv_cache_format_info(format, layout).format == format;
 }
 
+bool kv_cache_extra_format_allowed(KvCacheFormat main, KvCacheFormat extra) {
+  if (main == kV41Fp8) return extra == kV41Fp8 || extra == kV41Fp4;
+  return extra == main && kv_cache_format_info(main).format == main;
+}
+
+const char* kv_cache_extra_format_rule(KvCacheFormat main) {
+  return main == kV41Fp8 ? "a v41_fp8 main cache takes a v41_fp8 or v41_fp4 extra cache"
+                         : "the extra cache has the main cache's format";
+}
+
 int kv_cache_bytes_per_token(KvCacheFormat format, int d_qk) {
   const KvCacheFormatInfo& info = kv_cache_format_info(format);
   if (info.name == kUnknownFormat.name) return 0;

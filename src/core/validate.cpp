@@ -274,17 +274,10 @@ Status validate_kv_cache_view(const char* op, const char* what, const KvCacheVie
 }
 
 bool extra_format_allowed(KvCacheFormat main, KvCacheFormat extra) {
-  if (main == KvCacheFormat::kV41Fp8) {
-    return extra == KvCacheFormat::kV41Fp8 || extra == KvCacheFormat::kV41Fp4;
-  }
-  return extra == main;
+  return main == extra || kv_cache_extra_format_allowed(main, extra);
 }
 
-const char* extra_format_rule(KvCacheFormat main) {
-  return main == KvCacheFormat::kV41Fp8
-             ? "a v41_fp8 main cache takes a v41_fp8 or v41_fp4 extra cache"
-             : "the extra cache has the main cache's format";
-}
+const char* extra_format_rule(KvCacheFormat main) { return kv_cache_extra_format_rule(main); }
 
 SparseDecodeProblem normalized_decode_problem(const SparseDecodeProblem& problem) {
   SparseDecodeProblem p = problem;

@@ -31,15 +31,24 @@ struct Command {
 };
 
 std::vector<Command> commands() {
-  const std::vector<std::string> shape = {"b",          "s_q",
-                                          "s_kv",       "h_q",
-                                          "d_qk",       "topk",
-                                          "format",     "page_block_size",
-                                          "extra_topk", "extra_page_block_size"};
+  const std::vector<std::string> shape = {"b",
+                                          "s_q",
+                                          "s_kv",
+                                          "h_q",
+                                          "d_qk",
+                                          "topk",
+                                          "format",
+                                          "kv_layout",
+                                          "page_block_size",
+                                          "extra_topk",
+                                          "extra_format",
+                                          "extra_kv_layout",
+                                          "extra_page_block_size"};
   std::vector<std::string> bench_flags = {
-      "suite",   "backend", "scale",  "filter",       "iters",       "warmup",          "seed",
-      "threads", "kernel",  "verify", "verify_gflop", "time_budget", "decode_schedule", "timing",
-      "json",    "gemm_n",  "op",     "extra_s_kv"};
+      "suite",        "backend",     "scale",           "filter", "iters",
+      "warmup",       "seed",        "threads",         "kernel", "verify",
+      "verify_gflop", "time_budget", "decode_schedule", "timing", "json",
+      "gemm_n",       "op",          "extra_s_kv",      "n"};
   bench_flags.insert(bench_flags.end(), shape.begin(), shape.end());
   std::vector<std::string> list_flags = {"op", "topk_length", "extra_topk_length"};
   list_flags.insert(list_flags.end(), shape.begin(), shape.end());
@@ -96,6 +105,12 @@ const std::vector<std::string>& values() {
                                              "v4_fp8",
                                              "v32_fp8",
                                              "bf16",
+                                             "v41_fp8",
+                                             "v41_fp4",
+                                             "page_split",
+                                             "token_interleaved",
+                                             "write_kv_cache",
+                                             "v41",
                                              "fp4",
                                              "isolated",
                                              "queued",

@@ -195,6 +195,114 @@ TEST(Cli, BenchDecodeScheduleBuildIsReproducible) {
   EXPECT_NE(run.cli.output.find("built in every timed call"), std::string::npos) << run.cli.output;
 }
 
+// The v41 suite: each V4.1 case (v41_fp8 main + v41_fp4 extra) beside the same problem stored as
+// v4_fp8 records; bytes count each cache with its own record size.
+TEST(Cli, BenchV41SuiteRunsEachCaseBesideItsV4Storage) {
+  CliRun list = run_cli("bench --suite v41 --list_cases");
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  EXPECT_NE(
+      list.output.find("--format v41_fp8 --b 256 --s_q 4 --h_q 16 --topk 128 "
+                       "--page_block_size 256 --s_kv 16384 --extra_topk 512 "
+                       "--extra_page_block_size 64 --extra_s_kv 16384 --extra_format v41_fp4"),
+      std::string::npos)
+      << list.output;
+  EXPECT_NE(list.output.find("--format v4_fp8 --b 256 --s_q 4 --h_q 16 --topk 128"),
+            std::string::npos)
+      << list.output;
+  BenchRun run = run_bench(
+      "--backend cpu --suite v41 --filter 'h_q=16 b=12 s_q=4 ' --scale 0.01 --iters 2", "v41");
+  ASSERT_EQ(run.cli.exit_code, 0) << run.cli.output;
+  const nlohmann::json& j = run.json;
+  ASSERT_EQ(j["cases"].size(), 2u);
+  const nlohmann::json& v41 = j["cases"][0];
+  const nlohmann::json& v4 = j["cases"][1];
+  EXPECT_EQ(v41["name"], "decode v41_fp8 h_q=16 b=12 s_q=4 topk=128(p256)+512(p64 v41_fp4)");
+  EXPECT_EQ(v4["name"], "decode v4_fp8 h_q=16 b=12 s_q=4 topk=128(p256)+512(p64)");
+  EXPECT_EQ(v41["shape_full"]["format"], "v41_fp8");
+  EXPECT_EQ(v41["shape_full"]["kv_layout"], "page_split");
+  EXPECT_EQ(v41["shape_full"]["extra_format"], "v41_fp4");
+  EXPECT_EQ(v41["shape_full"]["extra_kv_layout"], "page_split");
+  EXPECT_EQ(v4["shape_full"]["extra_format"], "v4_fp8");
+  for (const nlohmann::json* c : {&v41, &v4}) {
+    EXPECT_TRUE((*c)["verify"]["ok"].get<bool>()) << (*c)["verify"]["message"];
+  }
+  // Same data (same seed and shape): the same slots are read, 528 + 288 B against 576 + 576 B.
+  const double queries = 2 * 4, q_and_out = 2.0 * queries * 16 * 512 * 2;
+  const double v41_rows = v41["bytes"].get<double>() - q_and_out;
+  const double v4_rows = v4["bytes"].get<double>() - q_and_out;
+  EXPECT_GT(v41_rows, 0);
+  EXPECT_LT(v41_rows, v4_rows);
+  EXPECT_GT(v41_rows, v4_rows * 288.0 / 576.0);
+  EXPECT_LT(v41_rows, v4_rows * 528.0 / 576.0);
+}
+
+TEST(Cli, BenchCacheWriterReportsBytesAgainstTheFloor) {
+  BenchRun run = run_bench(
+      "--backend cpu --op write_kv_cache --format v41_fp4 --kv_layout token_interleaved --n 100 "
+      "--page_block_size 64 --iters 2 --gemm_n 64",
+      "writer");
+  ASSERT_EQ(run.cli.exit_code, 0) << run.cli.output;
+  EXPECT_NE(run.cli.output.find("pass: cache bytes equal the host writer's"), std::string::npos)
+      << run.cli.output;
+  const nlohmann::json& j = run.json;
+  EXPECT_EQ(j["op"], "write_kv_cache");
+  EXPECT_EQ(j["shape"]["kv_layout"], "token_interleaved");
+  EXPECT_EQ(j["shape"]["cache_slots"], 448);  // 4 * n rounded up to pages of 64
+  EXPECT_DOUBLE_EQ(j["bytes"].get<double>(), 100.0 * (1024 + 4 + 288));
+  EXPECT_EQ(j["times_ms"].size(), 2u);
+  EXPECT_GT(j["bytes_floor_ms"].get<double>(), 0);
+  EXPECT_TRUE(j["verify_ok"].get<bool>());
+}
+
+TEST(Cli, CacheFlagsNameTheFlagAndValue) {
+  const std::string decode = "bench --op decode --b 1 --s_q 1 --s_kv 64 --h_q 2 --topk 4 ";
+  struct Refusal {
+    std::string args, text;
+  };
+  const Refusal refusals[] = {
+      {decode + "--format v4_fp8 --kv_layout token_interleaved",
+       "--kv_layout = token_interleaved is not a layout of --format v4_fp8 (it has page_split "
+       "only)"},
+      {decode + "--format v32_fp8 --kv_layout page_split",
+       "--kv_layout = page_split is not a layout of --format v32_fp8"},
+      {decode + "--format v41_fp8 --kv_layout interleaved",
+       "--kv_layout = 'interleaved' is not one of: page_split, token_interleaved"},
+      {decode + "--format v4_fp8 --extra_topk 4 --extra_format v41_fp4",
+       "--extra_format = v41_fp4 cannot go with --format v4_fp8 (the extra cache has the main "
+       "cache's format)"},
+      {decode + "--format v41_fp4 --extra_topk 4 --extra_format v41_fp8",
+       "--extra_format = v41_fp8 cannot go with --format v41_fp4"},
+      {decode + "--format v41_fp8 --extra_format v41_fp4",
+       "--extra_format needs --extra_topk (an extra cache)"},
+      {decode + "--format v41_fp8 --extra_topk 4 --extra_format v41_fp4 --extra_kv_layout x",
+       "--extra_kv_layout = 'x' is not one of"},
+      {"bench --suite v41 --kv_layout page_split", "--kv_layout describes a single case: add --op"},
+      {"bench --op write_kv_cache --format v41_fp8", "--op write_kv_cache needs --n"},
+      {"bench --op write_kv_cache --n 8 --h_q 4", "--h_q is not a flag of --op write_kv_cache"},
+      {"bench --op write_kv_cache --n 8 --format v4_fp8 --kv_layout token_interleaved",
+       "--kv_layout = token_interleaved is not a layout of --format v4_fp8"},
+      {"bench --op write_kv_cache --n 8 --s_kv 4", "--s_kv = 4 slots cannot hold --n = 8"},
+      {"bench --suite v41 --n 8", "--n is the row count of --op write_kv_cache"},
+      {"list --op decode --format v4_fp8 --kv_layout token_interleaved",
+       "--kv_layout = token_interleaved is not a layout of --format v4_fp8"},
+      {"list --op decode --format v4_fp8 --extra_topk 8 --extra_format v41_fp4",
+       "--extra_format = v41_fp4 cannot go with --format v4_fp8"},
+  };
+  for (const Refusal& r : refusals) {
+    CliRun run = run_cli(r.args);
+    EXPECT_EQ(run.exit_code, 2) << r.args << "\n" << run.output;
+    EXPECT_NE(run.output.find(r.text), std::string::npos) << r.args << "\n" << run.output;
+  }
+  CliRun ok = run_cli(
+      "list --op decode --format v41_fp8 --kv_layout token_interleaved --extra_topk 8 "
+      "--extra_format v41_fp4 --extra_kv_layout token_interleaved --h_q 16 --topk 128");
+  EXPECT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_NE(ok.output.find("decode v41_fp8 token_interleaved"), std::string::npos) << ok.output;
+  EXPECT_NE(ok.output.find("extra_format=v41_fp4 extra_kv_layout=token_interleaved"),
+            std::string::npos)
+      << ok.output;
+}
+
 // ---- bad input refused up front (docs/rejected_input.md) ----------------------------------------
 
 TEST(Cli, BenchRefusesCasesThatCannotFitWithTheBytesNeeded) {

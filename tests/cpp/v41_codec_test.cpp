@@ -70,8 +70,8 @@ std::vector<uint16_t> hand_row(bool fp4) {
     set(500, 1.0f);
     x[497] = kBf16NaN;  // tile 15 (dims 480-511) holds a NaN
   } else {
-    const float tile0[] = {3.0f, -1.0f, 0.25f, 0.375f, 0.125f, -0.625f,
-                           0.875f, 1.25f, 1.75f, 2.5f, -2.75f, -0.0f};
+    const float tile0[] = {3.0f,   -1.0f, 0.25f, 0.375f, 0.125f, -0.625f,
+                           0.875f, 1.25f, 1.75f, 2.5f,   -2.75f, -0.0f};
     for (int i = 0; i < 12; ++i) set(i, tile0[i]);
     set(32, 4096.0f);  // tile 2: amax / 6 > 448
     set(33, -2048.0f);
@@ -188,10 +188,9 @@ TEST(V41Codec, OneTokenMatchesHandComputedBytesInBothLayouts) {
     // The cache writer stores the same record (and nothing else) into a fresh cache.
     Cache w = make_cache(hc.format, hc.layout, 2, 3, 0xcd);
     int32_t slot = 4;
-    const Status s =
-        write_kv_cache(TensorView::contiguous(const_cast<uint16_t*>(x.data()), DType::kBFloat16,
-                                              {1, 512}),
-                       TensorView::contiguous(&slot, DType::kInt32, {1}), w.view);
+    const Status s = write_kv_cache(
+        TensorView::contiguous(const_cast<uint16_t*>(x.data()), DType::kBFloat16, {1, 512}),
+        TensorView::contiguous(&slot, DType::kInt32, {1}), w.view);
     ASSERT_TRUE(s.ok()) << s.message();
     for (int64_t o = 0; o < static_cast<int64_t>(w.bytes.size()); ++o) {
       const bool data = o >= hc.data_offset && o < hc.data_offset + data_bytes;
@@ -207,10 +206,10 @@ TEST(V41Codec, OneTokenMatchesHandComputedBytesInBothLayouts) {
     if (fp4) {
       EXPECT_EQ(row[0], 3.0f);
       EXPECT_EQ(row[1], -1.0f);
-      EXPECT_EQ(row[3], 0.5f);      // 0.375 stored as 1.0 * 0.5
-      EXPECT_EQ(row[9], 2.0f);      // 2.5 stored as 4 * 0.5
+      EXPECT_EQ(row[3], 0.5f);                                // 0.375 stored as 1.0 * 0.5
+      EXPECT_EQ(row[9], 2.0f);                                // 2.5 stored as 4 * 0.5
       EXPECT_TRUE(std::signbit(row[11]) && row[11] == 0.0f);  // -0 kept
-      EXPECT_EQ(row[32], 2688.0f);  // 6 * 448
+      EXPECT_EQ(row[32], 2688.0f);                            // 6 * 448
       EXPECT_EQ(row[33], -1792.0f);
       EXPECT_EQ(row[48], 0x1p-10f);  // 0.5 * 2^-9
       EXPECT_EQ(row[64], 6 * 0.171875f);
@@ -284,9 +283,9 @@ TEST(Fp4Scale, ClampsAtBothEndsRoundsToE4m3AndCarriesNaN) {
   EXPECT_EQ(cpu::fp4_tile_scale_byte(2688.0f, false), 0x7e);      // 448
   EXPECT_EQ(cpu::fp4_tile_scale_byte(3000.0f, false), 0x7e);      // clamp to 448
   EXPECT_EQ(cpu::fp4_tile_scale_byte(kInf, false), 0x7e);
-  EXPECT_EQ(cpu::fp4_tile_scale_byte(3.0f, false), 0x30);    // 0.5
-  EXPECT_EQ(cpu::fp4_tile_scale_byte(1.0f, false), 0x23);    // 1/6 -> 0.171875
-  EXPECT_EQ(cpu::fp4_tile_scale_byte(2.25f, false), 0x2c);   // 0.375 exactly: 1.5 * 2^-2
+  EXPECT_EQ(cpu::fp4_tile_scale_byte(3.0f, false), 0x30);      // 0.5
+  EXPECT_EQ(cpu::fp4_tile_scale_byte(1.0f, false), 0x23);      // 1/6 -> 0.171875
+  EXPECT_EQ(cpu::fp4_tile_scale_byte(2.25f, false), 0x2c);     // 0.375 exactly: 1.5 * 2^-2
   EXPECT_EQ(cpu::fp4_tile_scale_byte(2.4375f, false), 0x2d);   // 0.40625 = 1.625 * 2^-2
   EXPECT_EQ(cpu::fp4_tile_scale_byte(2.34375f, false), 0x2c);  // 0.390625: tie -> even 0.375
   EXPECT_EQ(cpu::fp4_tile_scale_byte(2.53125f, false), 0x2e);  // 0.421875: tie -> even 0.4375
@@ -299,8 +298,8 @@ TEST(Fp4Scale, QuantizedTilesFollowTheRules) {
   Cache c = make_cache(KvCacheFormat::kV41Fp4, kPageSplit, 1, 1);
   std::vector<uint16_t> rows(512, 0);
   for (int i = 0; i < 16; ++i) rows[16 + i] = float_to_bf16(1e-6f * (i + 1));  // tile 1: tiny
-  for (int i = 0; i < 16; ++i) rows[32 + i] = float_to_bf16(-1e5f);             // tile 2: huge
-  rows[48 + 3] = kBf16NaN;                                                      // tile 3: NaN
+  for (int i = 0; i < 16; ++i) rows[32 + i] = float_to_bf16(-1e5f);            // tile 2: huge
+  rows[48 + 3] = kBf16NaN;                                                     // tile 3: NaN
   rows[48 + 4] = float_to_bf16(2.0f);
   const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   for (int i = 0; i < 16; ++i) rows[64 + i] = float_to_bf16(i < 8 ? grid[i] : -grid[i - 8]);
@@ -460,23 +459,28 @@ TEST(WriteKvCache, EveryFormatEqualsQuantizeKvCache) {
         std::normal_distribution<float> normal;
         for (auto& v : rows) v = float_to_bf16(normal(rng) / 10);
       }
-      KvCacheView view{nullptr, fc.format, blocks, pbs,
+      KvCacheView view{nullptr,
+                       fc.format,
+                       blocks,
+                       pbs,
                        kv_cache_min_block_stride(fc.format, pbs, fc.d_qk, fc.layout),
-                       fc.d_qk,   Device::cpu(), fc.layout};
+                       fc.d_qk,
+                       Device::cpu(),
+                       fc.layout};
       std::vector<uint8_t> expected(blocks * view.block_stride_bytes, 0xcd);
       std::vector<uint8_t> got(expected.size(), 0xcd);
       view.data = expected.data();
-      ASSERT_TRUE(quantize_kv_cache(
-                      TensorView::contiguous(rows.data(), DType::kBFloat16, {blocks, pbs, 1, d}),
-                      view)
-                      .ok());
+      ASSERT_TRUE(
+          quantize_kv_cache(
+              TensorView::contiguous(rows.data(), DType::kBFloat16, {blocks, pbs, 1, d}), view)
+              .ok());
       // Zero padding first (quantize a zero cache), then every record through the writer.
       std::vector<uint16_t> zeros(n * d, 0);
       view.data = got.data();
-      ASSERT_TRUE(quantize_kv_cache(
-                      TensorView::contiguous(zeros.data(), DType::kBFloat16, {blocks, pbs, 1, d}),
-                      view)
-                      .ok());
+      ASSERT_TRUE(
+          quantize_kv_cache(
+              TensorView::contiguous(zeros.data(), DType::kBFloat16, {blocks, pbs, 1, d}), view)
+              .ok());
       std::vector<int64_t> order(n);
       for (int64_t i = 0; i < n; ++i) order[i] = (i * 37) % n;  // 37 is prime to 305
       const int64_t row_stride = d + 8;
@@ -633,10 +637,10 @@ TEST(WriteKvCache, DeviceCachesGoToTheDeviceCodec) {
   const std::vector<uint8_t> before = c.bytes;
   EXPECT_FALSE(write_kv_cache(r, s, v).ok());
   std::vector<uint16_t> all(6 * 512, 0);
-  EXPECT_FALSE(quantize_kv_cache(TensorView::contiguous(all.data(), DType::kBFloat16,
-                                                        {2, 3, 1, 512}, Device::cuda(0)),
-                                 v)
-                   .ok());
+  EXPECT_FALSE(
+      quantize_kv_cache(
+          TensorView::contiguous(all.data(), DType::kBFloat16, {2, 3, 1, 512}, Device::cuda(0)), v)
+          .ok());
   EXPECT_EQ(c.bytes, before);
   KvCacheView odd = c.view;
   odd.device = Device{static_cast<DeviceType>(7), 0};

@@ -17,6 +17,7 @@
 #include "bench_report.h"
 #include "bench_run.h"
 #include "bench_types.h"
+#include "bench_writer.h"
 #include "case_runner.h"
 #include "commands.h"
 #include "flags.h"
@@ -71,8 +72,11 @@ void declare_flags(FlagSet* f, Settings* s) {
                 "print each selected case as the flags that run it alone, and exit");
   f->add_int("gemm_n", &s->gemm_n, "CPU: size of the fp32 GEMM that measures the ceiling", 64,
              8192);
-  f->add_string("op", &s->op, "run one case given by the flags below instead of suites",
-                {"prefill", "decode"});
+  f->add_string("op", &s->op,
+                "run one case given by the flags below instead of suites (write_kv_cache: the "
+                "cache writer on --n rows of --format)",
+                {"prefill", "decode", "write_kv_cache"});
+  f->add_int("n", &s->n, "write_kv_cache: rows written per call", 1, 1 << 24);
   f->add_int("b", &s->b, "decode: requests", 1, 1 << 20);
   f->add_int("s_q", &s->s_q, "query tokens (prefill) / per request (decode)", 1, 1 << 24);
   f->add_int("s_kv", &s->s_kv, "prefill: kv rows; decode: cache tokens per request", 1,
@@ -80,7 +84,7 @@ void declare_flags(FlagSet* f, Settings* s) {
   f->add_int("h_q", &s->h_q, "query heads", 1, 128);
   f->add_int("d_qk", &s->d_qk, "prefill: 512 or 576 (decode: the format's; bf16: 576)", 512, 576);
   f->add_int("topk", &s->topk, "index slots per query", 1, 1 << 20);
-  f->add_string("format", &s->format, "decode: KV-cache format", {"v32_fp8", "v4_fp8", "bf16"});
+  s->caches.declare(f, "v4_fp8");
   f->add_int("page_block_size", &s->page_block_size, "decode: tokens per page block", 1, 1 << 16);
   f->add_int("extra_topk", &s->extra_topk, "decode: slots of the extra cache; 0 = no extra cache",
              0, 1 << 20);
@@ -89,7 +93,7 @@ void declare_flags(FlagSet* f, Settings* s) {
   f->add_int("extra_s_kv", &s->extra_s_kv, "decode: extra cache tokens per request (0 = --s_kv)", 0,
              int64_t{1} << 31);
   f->set_default_text("scale", "");
-  for (const char* needed_with_op : {"s_q", "s_kv", "h_q", "d_qk", "topk"}) {
+  for (const char* needed_with_op : {"s_q", "s_kv", "h_q", "d_qk", "topk", "n"}) {
     f->set_default_text(needed_with_op, "");
   }
 }
@@ -112,13 +116,15 @@ Status custom_case(const Settings& s, const FlagSet& f, BenchCase* c) {
     return {};
   }
   c->op = Operation::kSparseDecode;
-  const KvCacheFormat format = *parse_kv_cache_format(s.format);
+  ResolvedCaches caches;
+  SMLA_RETURN_IF_ERROR(resolve(s.caches, f, s.extra_topk > 0, &caches));
+  const KvCacheFormat format = caches.format;
   // A decode case runs the format's d_qk (bf16: 576): a different --d_qk is refused, not ignored.
   const int64_t format_d_qk =
       kv_cache_format_info(format).d_qk != 0 ? kv_cache_format_info(format).d_qk : 576;
   if (f.was_set("d_qk") && s.d_qk != format_d_qk) {
     return invalid_argument("--d_qk = " + std::to_string(s.d_qk) + " does not match --format " +
-                            s.format + ", whose d_qk is " + std::to_string(format_d_qk));
+                            s.caches.format + ", whose d_qk is " + std::to_string(format_d_qk));
   }
   if (f.was_set("extra_s_kv") && s.extra_topk == 0) {
     return invalid_argument("--extra_s_kv needs --extra_topk (an extra cache)");
@@ -129,9 +135,12 @@ Status custom_case(const Settings& s, const FlagSet& f, BenchCase* c) {
   d.h_q = s.h_q;
   d.topk = s.topk;
   d.format = format;
+  d.kv_layout = caches.kv_layout;
   d.page_block_size = s.page_block_size;
   d.s_kv = s.s_kv;
   d.has_extra = s.extra_topk > 0;
+  d.extra_format = caches.extra_format;
+  d.extra_kv_layout = caches.extra_kv_layout;
   d.extra_topk = s.extra_topk;
   d.extra_page_block_size = d.has_extra ? s.extra_page_block_size : 0;
   d.extra_s_kv = d.has_extra ? (s.extra_s_kv > 0 ? s.extra_s_kv : s.s_kv) : 0;
@@ -146,9 +155,9 @@ Status select_cases(const Settings& s, const FlagSet& f, std::vector<BenchCase>*
     SMLA_RETURN_IF_ERROR(custom_case(s, f, &c));
     cases->push_back(c);
   } else {
-    for (const char* shape :
-         {"b", "s_q", "s_kv", "h_q", "d_qk", "topk", "format", "page_block_size", "extra_topk",
-          "extra_page_block_size", "extra_s_kv"}) {
+    for (const char* shape : {"b", "s_q", "s_kv", "h_q", "d_qk", "topk", "format", "kv_layout",
+                              "page_block_size", "extra_topk", "extra_format", "extra_kv_layout",
+                              "extra_page_block_size", "extra_s_kv", "n"}) {
       if (f.was_set(shape)) {
         return invalid_argument("--" + std::string(shape) + " describes a single case: add --op");
       }
@@ -188,6 +197,17 @@ int bench_command(const Invocation& inv) {
                  "the reference and prints a table.\n\n"
               << flags.usage();
     return kExitOk;
+  }
+  if (s.op == "write_kv_cache") {
+    if (flags.was_set("suite")) {
+      std::cerr << "sparse-mla bench: --suite and --op exclude each other\n";
+      return kExitUsageError;
+    }
+    return writer_bench(s, flags, inv.argv);
+  }
+  if (flags.was_set("n")) {
+    std::cerr << "sparse-mla bench: --n is the row count of --op write_kv_cache\n";
+    return kExitUsageError;
   }
   std::vector<BenchCase> cases;
   if (Status st = select_cases(s, flags, &cases); !st.ok()) {

@@ -29,9 +29,12 @@ Json shape_json(const BenchCase& c) {
        {"d_v", 512},
        {"topk", d.topk},
        {"format", kv_cache_format_name(d.format)},
+       {"kv_layout", kv_layout_name(resolve_kv_layout(d.format, d.kv_layout))},
        {"page_block_size", d.page_block_size},
        {"s_kv", d.s_kv}};
   if (d.has_extra) {
+    j["extra_format"] = kv_cache_format_name(d.extra());
+    j["extra_kv_layout"] = kv_layout_name(resolve_kv_layout(d.extra(), d.extra_kv_layout));
     j["extra_topk"] = d.extra_topk;
     j["extra_page_block_size"] = d.extra_page_block_size;
     j["extra_s_kv"] = d.extra_s_kv;

@@ -140,6 +140,28 @@ void print_summaries(const std::vector<CaseResult>& results, Backend backend, co
     if (!h.decode && (h.h_q == 16 || h.h_q == 32)) std::cout << " (goal >= 0.6x)";
     std::cout << "\n";
   }
+  // V4.1 records against the same problem stored as v4_fp8 (the v41 suite's pairs): issue 24's
+  // goal is a time ratio of at least the bytes ratio where the V4 path is memory-bound.
+  for (const CaseResult& r : results) {
+    if (!r.error.empty() || r.full.op != Operation::kSparseDecode ||
+        r.full.decode.format != KvCacheFormat::kV41Fp8) {
+      continue;
+    }
+    BenchCase v4 = r.full;
+    v4.decode.format = KvCacheFormat::kV4Fp8;
+    v4.decode.kv_layout = KvLayout::kDefault;
+    v4.decode.extra_format.reset();
+    v4.decode.extra_kv_layout = KvLayout::kDefault;
+    for (const CaseResult& o : results) {
+      if (o.error.empty() && o.full.name() == v4.name() && o.run.decode.b == r.run.decode.b) {
+        std::cout << "storage: " << r.full.name() << ": as v4_fp8 records "
+                  << format_fixed(o.median_ms / r.median_ms, 2) << "x the time, "
+                  << format_fixed(o.work.bytes / r.work.bytes, 2)
+                  << "x the bytes (goal: time ratio >= bytes ratio where memory-bound)\n";
+        break;
+      }
+    }
+  }
   bool subset = false;
   for (const CaseResult& r : results)
     subset = subset || (r.verified && r.verify.checked < r.verify.total);

@@ -93,11 +93,14 @@ verify::DecodeRecipe decode_recipe(const DecodeShape& d, uint64_t seed) {
   r.h_q = d.h_q;
   r.topk = d.topk;
   r.format = d.format;
+  r.kv_layout = d.kv_layout;
   r.page_block_size = d.page_block_size;
   // The cache holds s_kv tokens per request; indices are drawn over all of it.
   r.num_blocks = (d.b * d.s_kv + d.page_block_size - 1) / d.page_block_size;
   r.extra_cache = d.has_extra;
   if (d.has_extra) {
+    r.extra_format = d.extra_format;
+    r.extra_kv_layout = d.extra_kv_layout;
     r.extra_topk = d.extra_topk;
     r.extra_page_block_size = d.extra_page_block_size;
     r.extra_num_blocks =
@@ -141,8 +144,9 @@ void run_case_unguarded(const Settings& s, Device device, const RunOptions& opti
   if (!st.ok()) return fail(st);
   r->make_s = seconds_since(start);
   const SparseDecodeProblem& p = data.problem;
-  r->work = decode_work(p.b, p.s_q, p.h_q, p.d_qk, p.d_v, p.format, data.attended,
-                        data.retrieved_main + data.retrieved_extra);
+  r->work =
+      decode_work(p.b, p.s_q, p.h_q, p.d_qk, p.d_v, data.attended, p.format, data.retrieved_main,
+                  p.extra_format.value_or(p.format), data.retrieved_extra);
   DecodeRunner runner;
   if (st = runner.prepare(data, device, options); !st.ok()) return fail(st);
   r->kernel = runner.kernel();
@@ -202,17 +206,18 @@ CaseBytes case_bytes(const BenchCase& c, bool on_cuda) {
     outputs = d(p.s_q) * d(p.h_q) * (512 * 2 + 4 + 4);
   } else {
     const DecodeShape& s = c.decode;
-    const int d_qk =
-        kv_cache_format_info(s.format).d_qk != 0 ? kv_cache_format_info(s.format).d_qk : 576;
-    auto cache = [&](int64_t tokens, int64_t page) {
+    const int d_qk = s.d_qk();
+    auto cache = [&](KvCacheFormat format, KvLayout layout, int64_t tokens, int64_t page) {
       const int64_t blocks = (tokens + page - 1) / page;
-      return d(blocks) * d(kv_cache_min_block_stride(s.format, page, d_qk));
+      return d(blocks) * d(kv_cache_min_block_stride(format, page, d_qk, layout));
     };
     const double queries = d(s.b) * d(s.s_q);
-    inputs = queries * d(s.h_q) * d_qk * 2 + cache(s.b * s.s_kv, s.page_block_size) +
+    inputs = queries * d(s.h_q) * d_qk * 2 +
+             cache(s.format, s.kv_layout, s.b * s.s_kv, s.page_block_size) +
              queries * d(s.topk) * 4;
     if (s.has_extra) {
-      inputs += cache(s.b * s.extra_s_kv, s.extra_page_block_size) + queries * d(s.extra_topk) * 4;
+      inputs += cache(s.extra(), s.extra_kv_layout, s.b * s.extra_s_kv, s.extra_page_block_size) +
+                queries * d(s.extra_topk) * 4;
     }
     outputs = queries * d(s.h_q) * (512 * 2 + 4);
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cache_flags.h"
 #include "flops.h"
 #include "gemm_ceiling.h"
 #include "reference_check.h"
@@ -45,11 +46,12 @@ struct Settings {
   std::string json_path;
   bool list_cases = false;
   int64_t gemm_n = kGemmN;
-  // A single case given by flags (--op set).
+  // A single case given by flags (--op set; write_kv_cache: the cache writer, --n rows).
   std::string op;
   int64_t b = 1, s_q = 0, s_kv = 0, h_q = 0, d_qk = 0, topk = 0, page_block_size = 64;
-  std::string format = "v4_fp8";
+  CacheFlags caches;  // --format, --kv_layout, --extra_format, --extra_kv_layout
   int64_t extra_topk = 0, extra_page_block_size = 64, extra_s_kv = 0;
+  int64_t n = 0;
 
   Timing timing_mode() const { return timing == "isolated" ? Timing::kIsolated : Timing::kQueued; }
 };

@@ -1,5 +1,6 @@
-// `sparse-mla check`: N random cases of the SPEC §5 test recipe (random shapes, cache formats,
-// page sizes, lengths, sinks, invalid indices, NaN-poisoned rows, padded strides) run on a back
+// `sparse-mla check`: N random cases of the SPEC §5 test recipe (random shapes, cache formats and
+// page layouts, V4.1's mixed main/extra formats, page sizes, lengths, sinks, invalid indices,
+// NaN-poisoned rows, padded strides) run on a back
 // end and compared with the reference; one line per case, a summary, exit 1 on any failure.
 // Case i uses seed S + i, so `--cases 1 --seed S+i` reruns it alone.
 #include <iostream>
@@ -78,6 +79,17 @@ verify::DecodeRecipe random_decode(std::mt19937_64& rng, uint64_t seed) {
   r.invalid_indices = chance(rng, kFeatureOdds);
   r.empty_queries = chance(rng, kFeatureOdds);
   r.poison_unused_rows = chance(rng, kFeatureOdds);
+  // DeepSeek V4.1's records in either layout (drawn last: the draws above stay those of a seed
+  // without them): a v41_fp8 main cache mostly, with a v41_fp8 or v41_fp4 extra cache.
+  if (chance(rng, 0.4)) {
+    const KvLayout layouts[] = {KvLayout::kPageSplit, KvLayout::kTokenInterleaved};
+    r.format = chance(rng, 0.8) ? KvCacheFormat::kV41Fp8 : KvCacheFormat::kV41Fp4;
+    r.d_qk = 0;
+    r.kv_layout = pick(rng, layouts);
+    r.extra_format =
+        r.format == KvCacheFormat::kV41Fp8 && chance(rng, 0.6) ? KvCacheFormat::kV41Fp4 : r.format;
+    r.extra_kv_layout = pick(rng, layouts);
+  }
   r.seed = seed;
   return r;
 }
@@ -93,11 +105,17 @@ std::string describe(const verify::PrefillRecipe& r) {
 
 std::string describe(const verify::DecodeRecipe& r) {
   std::ostringstream os;
-  os << "decode " << kv_cache_format_name(r.format) << " b=" << r.b << " s_q=" << r.s_q
-     << " h_q=" << r.h_q << (r.d_qk ? " d_qk=" + std::to_string(r.d_qk) : "") << " topk=" << r.topk
+  os << "decode " << kv_cache_format_name(r.format);
+  if (r.kv_layout != KvLayout::kDefault) os << " " << kv_layout_name(r.kv_layout);
+  os << " b=" << r.b << " s_q=" << r.s_q << " h_q=" << r.h_q
+     << (r.d_qk ? " d_qk=" + std::to_string(r.d_qk) : "") << " topk=" << r.topk
      << " page_block_size=" << r.page_block_size;
   if (r.topk_length) os << (r.topk_length_per_token ? " topk_length[b,s_q]" : " topk_length[b]");
   if (r.extra_cache) {
+    if (r.extra_format) os << " extra_format=" << kv_cache_format_name(*r.extra_format);
+    if (r.extra_kv_layout != KvLayout::kDefault) {
+      os << " extra_kv_layout=" << kv_layout_name(r.extra_kv_layout);
+    }
     os << " extra_topk=" << r.extra_topk << " extra_page_block_size=" << r.extra_page_block_size;
     if (r.extra_topk_length) {
       os << (r.extra_topk_length_per_token ? " extra_topk_length[b,s_q]" : " extra_topk_length[b]");

@@ -3,6 +3,7 @@
 // judged for tensors on cuda:0, CPU and reference variants for host tensors.
 #include <iostream>
 
+#include "cache_flags.h"
 #include "commands.h"
 #include "flags.h"
 #include "sparse_mla/sparse_mla.h"
@@ -15,7 +16,7 @@ namespace {
 struct ListSettings {
   std::string op;  // "" = both
   int64_t b = 1, s_q = 1, s_kv = 8192, h_q = 128, d_qk = 0, topk = 2048, page_block_size = 64;
-  std::string format = "v32_fp8";
+  CacheFlags caches;  // --format (default v32_fp8), --kv_layout, --extra_format, ...
   int64_t extra_topk = 0, extra_page_block_size = 64;
   std::string topk_length = "none", extra_topk_length = "none";
   bool attn_sink = false;
@@ -68,7 +69,7 @@ int list_command(const Invocation& inv) {
   f.add_int("h_q", &s.h_q, "query heads", 1, 128);
   f.add_int("d_qk", &s.d_qk, "512 or 576; 0 = 576 for prefill, the format's for decode", 0, 576);
   f.add_int("topk", &s.topk, "index slots per query", 1, 1 << 20);
-  f.add_string("format", &s.format, "decode: KV-cache format", {"v32_fp8", "v4_fp8", "bf16"});
+  s.caches.declare(&f, "v32_fp8");
   f.add_int("page_block_size", &s.page_block_size, "decode: tokens per page block", 1, 1 << 16);
   f.add_int("extra_topk", &s.extra_topk, "decode: extra cache slots; 0 = no extra cache", 0,
             1 << 20);
@@ -91,7 +92,12 @@ int list_command(const Invocation& inv) {
                  "per query token already (use request)\n";
     return kExitUsageError;
   }
-  const KvCacheFormat format = *parse_kv_cache_format(s.format);
+  ResolvedCaches caches;
+  if (Status st = resolve(s.caches, f, s.extra_topk > 0, &caches); !st.ok()) {
+    std::cerr << "sparse-mla list: " << st.message() << "\n";
+    return kExitUsageError;
+  }
+  const KvCacheFormat format = caches.format;
   const KvCacheFormatInfo& info = kv_cache_format_info(format);
   // Kernels judge validated problems only: refuse shapes no call could have.
   if (s.d_qk != 0 && s.d_qk != 512 && s.d_qk != 576) {
@@ -99,8 +105,8 @@ int list_command(const Invocation& inv) {
     return kExitUsageError;
   }
   if (s.op != "prefill" && s.d_qk != 0 && info.d_qk != 0 && s.d_qk != info.d_qk) {
-    std::cerr << "sparse-mla list: --d_qk = " << s.d_qk << " does not match --format " << s.format
-              << " (d_qk " << info.d_qk << ")\n";
+    std::cerr << "sparse-mla list: --d_qk = " << s.d_qk << " does not match --format "
+              << s.caches.format << " (d_qk " << info.d_qk << ")\n";
     return kExitUsageError;
   }
 
@@ -140,6 +146,7 @@ int list_command(const Invocation& inv) {
     p.d_qk = s.d_qk != 0 ? s.d_qk : (info.d_qk != 0 ? info.d_qk : 576);
     p.topk = s.topk;
     p.format = format;
+    p.kv_layout = caches.kv_layout;
     p.page_block_size = s.page_block_size;
     p.has_topk_length = s.topk_length != "none";
     p.topk_length_per_token = s.topk_length == "token";
@@ -147,13 +154,21 @@ int list_command(const Invocation& inv) {
     p.has_extra = s.extra_topk > 0;
     p.extra_topk = s.extra_topk;
     p.extra_page_block_size = p.has_extra ? s.extra_page_block_size : 0;
+    if (p.has_extra) {
+      p.extra_format = caches.extra_format;
+      p.extra_kv_layout = caches.extra_kv_layout;
+    }
     p.has_extra_topk_length = p.has_extra && s.extra_topk_length != "none";
     p.extra_topk_length_per_token = p.has_extra && s.extra_topk_length == "token";
-    std::cout << "decode " << s.format << " b=" << p.b << " s_q=" << p.s_q << " h_q=" << p.h_q
-              << " d_qk=" << p.d_qk << " d_v=" << p.d_v << " topk=" << p.topk
-              << " page_block_size=" << p.page_block_size;
+    std::cout << "decode " << s.caches.format << " "
+              << kv_layout_name(resolve_kv_layout(format, p.kv_layout)) << " b=" << p.b
+              << " s_q=" << p.s_q << " h_q=" << p.h_q << " d_qk=" << p.d_qk << " d_v=" << p.d_v
+              << " topk=" << p.topk << " page_block_size=" << p.page_block_size;
     if (p.has_extra) {
-      std::cout << " extra_topk=" << p.extra_topk
+      const KvCacheFormat extra = p.extra_format.value_or(format);
+      std::cout << " extra_format=" << kv_cache_format_name(extra) << " extra_kv_layout="
+                << kv_layout_name(resolve_kv_layout(extra, p.extra_kv_layout))
+                << " extra_topk=" << p.extra_topk
                 << " extra_page_block_size=" << p.extra_page_block_size;
     }
     std::cout << (p.has_attn_sink ? " attn_sink" : "")

@@ -146,6 +146,27 @@ void add_tp_shards(std::vector<BenchCase>* cases) {
   }
 }
 
+// DeepSeek V4.1 decode (issue 24): a v41_fp8 sliding-window cache (page 256, topk 128) with a
+// v41_fp4 compressed cache (page 64, topk 512), h_q 64 and 16 (V4.1's head count and a TP-4
+// shard), one query token or one plus three drafts. Each case is followed by the same problem
+// stored as V4's 584-B records in both caches (what Hopper engines do today), so the time ratio
+// can be read against the bytes ratio (528 + 288 B against 2 x 576 B per retrieved token pair).
+void add_v41(std::vector<BenchCase>* cases) {
+  const std::string s = "v41";
+  for (int64_t h : {64, 16}) {
+    for (int64_t s_q : {1, 4}) {
+      for (int64_t b : {1, 12, 64, 128, 256}) {
+        BenchCase v4 = v4_decode_case(s, h, b, s_q, 128, 512, std::nullopt);
+        BenchCase v41 = v4;
+        v41.decode.format = KvCacheFormat::kV41Fp8;
+        v41.decode.extra_format = KvCacheFormat::kV41Fp4;
+        cases->push_back(v41);
+        cases->push_back(v4);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::string BenchCase::name() const {
@@ -156,12 +177,24 @@ std::string BenchCase::name() const {
            " s_kv=" + std::to_string(p.s_kv);
   }
   const DecodeShape& d = decode;
+  // A layout is named only when it is not the format's own, an extra format only when it is not
+  // the main one: the names of cases without either stay what they always were.
+  auto layout_text = [](KvCacheFormat f, KvLayout l) {
+    return resolve_kv_layout(f, l) == resolve_kv_layout(f, KvLayout::kDefault)
+               ? std::string()
+               : std::string(" ") + kv_layout_name(l);
+  };
   std::string n = "decode " + std::string(kv_cache_format_name(d.format)) +
-                  " h_q=" + std::to_string(d.h_q) + " b=" + std::to_string(d.b) +
-                  " s_q=" + std::to_string(d.s_q) + " topk=" + std::to_string(d.topk) + "(p" +
-                  std::to_string(d.page_block_size) + ")";
+                  layout_text(d.format, d.kv_layout) + " h_q=" + std::to_string(d.h_q) +
+                  " b=" + std::to_string(d.b) + " s_q=" + std::to_string(d.s_q) +
+                  " topk=" + std::to_string(d.topk) + "(p" + std::to_string(d.page_block_size) +
+                  ")";
   if (d.has_extra) {
-    n += "+" + std::to_string(d.extra_topk) + "(p" + std::to_string(d.extra_page_block_size) + ")";
+    std::string extra =
+        d.extra() != d.format ? std::string(" ") + kv_cache_format_name(d.extra()) : std::string();
+    extra += layout_text(d.extra(), d.extra_kv_layout);
+    n += "+" + std::to_string(d.extra_topk) + "(p" + std::to_string(d.extra_page_block_size) +
+         extra + ")";
   }
   return n;
 }
@@ -198,11 +231,19 @@ std::vector<std::string> BenchCase::flags() const {
                                 i(d.page_block_size),
                                 "--s_kv",
                                 i(d.s_kv)};
+  if (d.kv_layout != KvLayout::kDefault) {
+    f.insert(f.end(), {"--kv_layout", kv_layout_name(d.kv_layout)});
+  }
   if (d.has_extra) {
     for (const std::string& s :
          {std::string("--extra_topk"), i(d.extra_topk), std::string("--extra_page_block_size"),
           i(d.extra_page_block_size), std::string("--extra_s_kv"), i(d.extra_s_kv)}) {
       f.push_back(s);
+    }
+    if (d.extra_format)
+      f.insert(f.end(), {"--extra_format", kv_cache_format_name(*d.extra_format)});
+    if (d.extra_kv_layout != KvLayout::kDefault) {
+      f.insert(f.end(), {"--extra_kv_layout", kv_layout_name(d.extra_kv_layout)});
     }
   }
   return f;
@@ -228,7 +269,7 @@ BenchCase BenchCase::scaled(double scale) const {
 }
 
 std::vector<std::string> suite_names() {
-  return {"v32", "v4-flash", "v4-pro", "tp-shards", "v4", "all"};
+  return {"v32", "v4-flash", "v4-pro", "tp-shards", "v41", "v4", "all"};
 }
 
 Status suite_cases(std::string_view suite, std::vector<BenchCase>* cases) {
@@ -241,6 +282,8 @@ Status suite_cases(std::string_view suite, std::vector<BenchCase>* cases) {
     add_v4_pro(cases);
   } else if (suite == "tp-shards") {
     add_tp_shards(cases);
+  } else if (suite == "v41") {
+    add_v41(cases);
   } else if (suite == "v4") {
     add_v4_flash(cases);
     add_v4_pro(cases);
@@ -249,6 +292,15 @@ Status suite_cases(std::string_view suite, std::vector<BenchCase>* cases) {
     add_v4_flash(cases);
     add_v4_pro(cases);
     add_tp_shards(cases);
+    add_v41(cases);
+    // v41's V4 companions at one query token are tp-shards cases: run each problem once.
+    std::vector<std::string> seen;
+    std::erase_if(*cases, [&](const BenchCase& c) {
+      const std::string n = c.name();
+      if (std::find(seen.begin(), seen.end(), n) != seen.end()) return true;
+      seen.push_back(n);
+      return false;
+    });
   } else {
     std::string known;
     for (const std::string& n : suite_names()) known += (known.empty() ? "" : ", ") + n;

@@ -1,6 +1,7 @@
 // Benchmark cases and the named suites of `sparse-mla bench`: the rows of docs/flashmla_baseline.md
 // (DeepSeek V3.2, V4 Flash, V4 Pro prefill and decode at full size, with FlashMLA's H200 time
-// as the anchor) and `tp-shards` (the same problems at 8..128 heads per GPU). A case can be
+// as the anchor), `tp-shards` (the same problems at 8..128 heads per GPU) and `v41` (DeepSeek
+// V4.1's decode on its own records, each beside the same problem stored as v4_fp8). A case can be
 // scaled down (fewer query tokens / requests) so the suites also run on a CPU.
 #pragma once
 
@@ -30,10 +31,20 @@ struct PrefillShape {
 struct DecodeShape {
   int64_t b = 0, s_q = 0, h_q = 0, topk = 0;
   KvCacheFormat format = KvCacheFormat::kV32Fp8;
+  KvLayout kv_layout = KvLayout::kDefault;  // kDefault: the format's own
   int64_t page_block_size = 0;
   int64_t s_kv = 0;  // cache tokens per request: the cache holds b * s_kv tokens
   bool has_extra = false;
+  std::optional<KvCacheFormat> extra_format;      // nullopt: the main cache's
+  KvLayout extra_kv_layout = KvLayout::kDefault;  // kDefault: the extra format's own
   int64_t extra_topk = 0, extra_page_block_size = 0, extra_s_kv = 0;
+
+  KvCacheFormat extra() const { return extra_format.value_or(format); }
+  // The cache's d_qk (bf16: 576).
+  int d_qk() const {
+    const int d = kv_cache_format_info(format).d_qk;
+    return d != 0 ? d : 576;
+  }
 };
 
 struct BenchCase {
@@ -44,7 +55,9 @@ struct BenchCase {
   std::optional<Anchor> anchor;  // only meaningful for the full-size case on an H200
 
   // Full-size name in the project vocabulary, e.g. "prefill d_qk=576 h_q=128 topk=2048
-  // s_q=4096 s_kv=8192"; the key that result files are compared by.
+  // s_q=4096 s_kv=8192" or "decode v41_fp8 h_q=64 b=1 s_q=1 topk=128(p256)+512(p64 v41_fp4)"
+  // (a layout or extra format other than the default is named); the key that result files are
+  // compared by.
   std::string name() const;
   // The same name without h_q: cases of one problem at several head counts share it.
   std::string head_group() const;
@@ -57,7 +70,8 @@ struct BenchCase {
   BenchCase scaled(double scale) const;
 };
 
-// "v32", "v4-flash", "v4-pro", "tp-shards", and the unions "v4" (flash + pro) and "all".
+// "v32", "v4-flash", "v4-pro", "tp-shards", "v41", and the unions "v4" (flash + pro) and "all"
+// (every case once: a case of two suites, by name, runs in the first).
 std::vector<std::string> suite_names();
 inline constexpr std::string_view kDefaultSuite = "v4";
 // Cases of one suite, in order; invalid_argument naming the suite if it is unknown.
