@@ -11,9 +11,9 @@ workspace) and later calls with the same configuration reuse; decode returns ``l
 Beyond FlashMLA: any h_q in 1..128 and any topk; every out-of-range index is invalid (not only
 -1); ``topk_length`` also per query token (``[b, s_q]``) and for V3.2 caches; a bf16 cache with
 ``is_fp8_kvcache=False``; DeepSeek V4.1's ``v41_fp8`` / ``v41_fp4`` caches in either page layout
-(keywords ``kv_layout`` / ``extra_kv_layout``); CPU tensors. Not supported (``NotImplementedError``): dense decode
-(``indices=None``), ``causal=True``, and the dense MHA prefill functions
-(``flash_attn_varlen_*``).
+(keywords ``kv_layout`` / ``extra_kv_layout``); CPU tensors. Not supported
+(``NotImplementedError``): dense decode (``indices=None``), ``causal=True``, and the dense MHA
+prefill functions (``flash_attn_varlen_*``).
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def test_opcheck_kv_cache_codec(fmt, d_qk, page_block_size, pad):
 
 
 @pytest.mark.parametrize("fmt,layout,page_block_size,pad",
-                         [("v41_fp8", "page_split", 61, False), ("v41_fp8", "page_split", 64, False),
+                         [("v41_fp8", "page_split", 61, False),
+                          ("v41_fp8", "page_split", 64, False),
                           ("v41_fp4", "page_split", 5, False),
                           ("v41_fp8", "token_interleaved", 3, True),
                           ("v41_fp4", "token_interleaved", 7, False)])
