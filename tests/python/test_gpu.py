@@ -98,13 +98,17 @@ def test_runs_on_the_current_stream():
     assert torch.equal(out, expected)
 
 
-def test_decode_step_in_cuda_graph():
+@pytest.mark.parametrize("cache", [dict(fmt="v4_fp8"),
+                                   dict(fmt="v41_fp8", extra_fmt="v41_fp4",
+                                        kv_layout="token_interleaved")])
+def test_decode_step_in_cuda_graph(cache):
     """Plan once, capture two layers (build + reuse the schedule), replay with new queries."""
-    args = to_cuda(decode_case(fmt="v4_fp8", b=8, s_q=1, h_q=64, topk=64, page_block_size=64,
+    args = to_cuda(decode_case(**cache, b=8, s_q=1, h_q=64, topk=64, page_block_size=64,
                                extra=True, pad=False, seed=43))
-    keys = ("topk_length", "attn_sink", "extra_kv_cache", "extra_indices", "extra_topk_length")
+    keys = ("topk_length", "attn_sink", "extra_kv_cache", "extra_indices", "extra_topk_length",
+            "kv_layout", "extra_kv_format")
     plan = sparse_mla.plan_decode(args["q"], args["kv_cache"], args["indices"],
-                                  **{k: args[k] for k in keys})
+                                  **{k: args[k] for k in keys if k in args})
     q0, q1 = args["q"].clone(), (args["q"] * 0.5).contiguous()
     outs = [torch.empty(8, 1, 64, 512, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
     lses = [torch.empty(8, 1, 64, device="cuda") for _ in range(2)]
