@@ -53,30 +53,46 @@ struct StagedCaches {
   at::Tensor main, extra;
 };
 
-std::optional<KvCacheView> to_optional_cache_view(const char* op, const char* name,
-                                                  const std::optional<at::Tensor>& t,
-                                                  std::optional<std::string_view> format,
-                                                  at::Tensor* staged) {
+// The format and layout arguments of a decode call (absent: inferred / the format's own).
+struct CacheNames {
+  std::optional<std::string_view> kv_format, kv_layout, extra_kv_format, extra_kv_layout;
+};
+
+// The extra cache's view: its own format (extra_kv_format, else inferred from its bytes per
+// token) and layout (extra_kv_layout, else kv_layout where that format has it: the caches of one
+// model share a layout; else the format's own).
+std::optional<KvCacheView> extra_cache_view(const char* op, const std::optional<at::Tensor>& t,
+                                            const CacheNames& names, at::Tensor* staged) {
   if (!t.has_value()) return std::nullopt;
-  return to_cache_view(op, name, *t, format, staged);
+  constexpr CacheArgNames kExtraArgs{"extra_kv_format", "extra_kv_layout"};
+  std::optional<std::string_view> layout = names.extra_kv_layout;
+  if (!layout && names.kv_layout) {
+    const std::optional<KvLayout> main_layout = parse_layout_arg(op, "kv_layout", names.kv_layout);
+    const KvCacheFormat format =
+        cache_format(op, "extra_kv_cache", *t, names.extra_kv_format, kExtraArgs);
+    if (kv_cache_layout_supported(format, *main_layout)) layout = names.kv_layout;
+  }
+  return to_cache_view(op, "extra_kv_cache", *t, names.extra_kv_format, layout, staged, kExtraArgs);
 }
 
 // The decode arguments without outputs (out/lse are set by the caller).
-SparseDecodeArgs decode_inputs(
-    const char* op, const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& indices,
-    const std::optional<at::Tensor>& topk_length, const std::optional<at::Tensor>& attn_sink,
-    const std::optional<at::Tensor>& extra_kv_cache, const std::optional<at::Tensor>& extra_indices,
-    const std::optional<at::Tensor>& extra_topk_length, std::optional<std::string_view> kv_format,
-    int64_t d_v, StagedCaches* staged) {
+SparseDecodeArgs decode_inputs(const char* op, const at::Tensor& q, const at::Tensor& kv_cache,
+                               const at::Tensor& indices,
+                               const std::optional<at::Tensor>& topk_length,
+                               const std::optional<at::Tensor>& attn_sink,
+                               const std::optional<at::Tensor>& extra_kv_cache,
+                               const std::optional<at::Tensor>& extra_indices,
+                               const std::optional<at::Tensor>& extra_topk_length,
+                               const CacheNames& names, int64_t d_v, StagedCaches* staged) {
   SparseDecodeArgs args;
   args.q = to_view(op, "q", q);
-  args.kv_cache = to_cache_view(op, "kv_cache", kv_cache, kv_format, &staged->main);
+  args.kv_cache =
+      to_cache_view(op, "kv_cache", kv_cache, names.kv_format, names.kv_layout, &staged->main);
   args.indices = to_view(op, "indices", indices);
   args.topk_length = to_view(op, "topk_length", topk_length);
   args.attn_sink = to_view(op, "attn_sink", attn_sink);
-  // The extra cache has the main cache's format (validation checks it when a format is inferred).
-  args.extra_kv_cache =
-      to_optional_cache_view(op, "extra_kv_cache", extra_kv_cache, kv_format, &staged->extra);
+  // Validation checks that the extra cache's format goes with the main cache's.
+  args.extra_kv_cache = extra_cache_view(op, extra_kv_cache, names, &staged->extra);
   args.extra_indices = to_view(op, "extra_indices", extra_indices);
   args.extra_topk_length = to_view(op, "extra_topk_length", extra_topk_length);
   args.d_v = to_d_v(op, d_v);
@@ -255,12 +271,14 @@ std::tuple<int64_t, int64_t, std::string, std::string, std::string> plan_decode(
     const std::optional<at::Tensor>& topk_length, const std::optional<at::Tensor>& attn_sink,
     const std::optional<at::Tensor>& extra_kv_cache, const std::optional<at::Tensor>& extra_indices,
     const std::optional<at::Tensor>& extra_topk_length, std::optional<std::string_view> kv_format,
-    int64_t d_v) {
+    int64_t d_v, std::optional<std::string_view> kv_layout,
+    std::optional<std::string_view> extra_kv_format,
+    std::optional<std::string_view> extra_kv_layout) {
   constexpr const char* kOp = "plan_decode";
   StagedCaches staged;
-  SparseDecodeArgs args =
-      decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
-                    extra_indices, extra_topk_length, kv_format, d_v, &staged);
+  SparseDecodeArgs args = decode_inputs(
+      kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+      extra_topk_length, {kv_format, kv_layout, extra_kv_format, extra_kv_layout}, d_v, &staged);
   // A plan depends on shapes only.
   placeholder_decode_outputs(q, &args);
   const c10::DeviceGuard guard(q.device());
@@ -277,12 +295,14 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
                    const std::optional<at::Tensor>& extra_topk_length,
                    std::optional<std::string_view> kv_format, std::optional<double> softmax_scale,
                    int64_t d_v, const std::optional<at::Tensor>& workspace, bool reuse_schedule,
-                   at::Tensor& out, at::Tensor& lse) {
+                   at::Tensor& out, at::Tensor& lse, std::optional<std::string_view> kv_layout,
+                   std::optional<std::string_view> extra_kv_format,
+                   std::optional<std::string_view> extra_kv_layout) {
   constexpr const char* kOp = "sparse_decode";
   StagedCaches staged;
-  SparseDecodeArgs args =
-      decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
-                    extra_indices, extra_topk_length, kv_format, d_v, &staged);
+  SparseDecodeArgs args = decode_inputs(
+      kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+      extra_topk_length, {kv_format, kv_layout, extra_kv_format, extra_kv_layout}, d_v, &staged);
   if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(*softmax_scale);
   args.out = to_view(kOp, "out", out);
   args.lse = to_view(kOp, "lse", lse);
@@ -318,12 +338,14 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
     const std::optional<at::Tensor>& extra_kv_cache, const std::optional<at::Tensor>& extra_indices,
     const std::optional<at::Tensor>& extra_topk_length, std::optional<std::string_view> kv_format,
     std::optional<double> softmax_scale, int64_t d_v, const std::optional<at::Tensor>& workspace,
-    bool reuse_schedule) {
+    bool reuse_schedule, std::optional<std::string_view> kv_layout,
+    std::optional<std::string_view> extra_kv_format,
+    std::optional<std::string_view> extra_kv_layout) {
   constexpr const char* kOp = "sparse_decode";
   StagedCaches staged;
-  SparseDecodeArgs args =
-      decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
-                    extra_indices, extra_topk_length, kv_format, d_v, &staged);
+  SparseDecodeArgs args = decode_inputs(
+      kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+      extra_topk_length, {kv_format, kv_layout, extra_kv_format, extra_kv_layout}, d_v, &staged);
   if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(*softmax_scale);
   placeholder_decode_outputs(q, &args);
   const c10::DeviceGuard guard(q.device());

@@ -33,12 +33,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sparse_prefill_alloc(
 
 // The decode plan for these arguments' shapes (host only; reads no tensor data):
 // (workspace_bytes, num_sm_parts, backend, kernel, reason).
+// kv_layout: the main cache's layout (absent: its format's own); extra_kv_format: the extra
+// cache's format (absent: inferred from its bytes per token); extra_kv_layout: its layout (absent:
+// kv_layout where the extra cache's format has it, else the format's own).
 std::tuple<int64_t, int64_t, std::string, std::string, std::string> plan_decode(
     const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& indices,
     const std::optional<at::Tensor>& topk_length, const std::optional<at::Tensor>& attn_sink,
     const std::optional<at::Tensor>& extra_kv_cache, const std::optional<at::Tensor>& extra_indices,
     const std::optional<at::Tensor>& extra_topk_length, std::optional<std::string_view> kv_format,
-    int64_t d_v);
+    int64_t d_v, std::optional<std::string_view> kv_layout,
+    std::optional<std::string_view> extra_kv_format,
+    std::optional<std::string_view> extra_kv_layout);
 
 // SPEC §3. q [b, s_q, h_q, d_qk] bf16, caches [num_blocks, page_block_size, 1, bytes_per_token],
 // indices [b, s_q, topk] int32, topk_length [b] or [b, s_q] int32, attn_sink [h_q] fp32;
@@ -55,7 +60,9 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
                    const std::optional<at::Tensor>& extra_topk_length,
                    std::optional<std::string_view> kv_format, std::optional<double> softmax_scale,
                    int64_t d_v, const std::optional<at::Tensor>& workspace, bool reuse_schedule,
-                   at::Tensor& out, at::Tensor& lse);
+                   at::Tensor& out, at::Tensor& lse, std::optional<std::string_view> kv_layout,
+                   std::optional<std::string_view> extra_kv_format,
+                   std::optional<std::string_view> extra_kv_layout);
 
 // sparse_decode with outputs it allocates after validating every argument: (out, lse).
 std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
@@ -64,19 +71,32 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
     const std::optional<at::Tensor>& extra_kv_cache, const std::optional<at::Tensor>& extra_indices,
     const std::optional<at::Tensor>& extra_topk_length, std::optional<std::string_view> kv_format,
     std::optional<double> softmax_scale, int64_t d_v, const std::optional<at::Tensor>& workspace,
-    bool reuse_schedule);
+    bool reuse_schedule, std::optional<std::string_view> kv_layout,
+    std::optional<std::string_view> extra_kv_format,
+    std::optional<std::string_view> extra_kv_layout);
 
 // Autograd kernel of every operator: none of them has a backward, so an input that requires
 // grad (with grad mode on) raises NotImplementedError naming the operator and the argument;
 // otherwise the call goes on below autograd.
 void no_backward(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack);
 
-// SPEC §4, host memory only. kv [num_blocks, page_block_size, 1, d_qk] bf16 -> cache bytes
+// SPEC §4, on the tensors' device (CUDA: device kernels on torch's current stream).
+// kv [num_blocks, page_block_size, 1, d_qk] bf16 -> cache bytes
 // [num_blocks, page_block_size, 1, bytes_per_token]; every byte of every block stride is written.
-void quantize_kv_cache(const at::Tensor& kv, std::string_view kv_format, at::Tensor& cache);
+// kv_layout: "page_split" / "token_interleaved" (absent: the format's own).
+void quantize_kv_cache(const at::Tensor& kv, std::string_view kv_format, at::Tensor& cache,
+                       std::optional<std::string_view> kv_layout);
 
 // cache -> out [num_blocks, page_block_size, 1, d_qk] bf16 or fp32 (fp32 is exact).
 void dequantize_kv_cache(const at::Tensor& cache, std::optional<std::string_view> kv_format,
-                         at::Tensor& out);
+                         at::Tensor& out, std::optional<std::string_view> kv_layout);
+
+// The engine's per-step cache writer: rows [n, d_qk] bf16 quantized into `cache` at the physical
+// slots slot_mapping [n] int32 (slots < 0 skipped); other tokens untouched. On CUDA one kernel on
+// torch's current stream, no allocation and no synchronisation (CUDA-graph safe) for caches with
+// their format's block stride.
+void write_kv_cache(const at::Tensor& rows, const at::Tensor& slot_mapping, at::Tensor& cache,
+                    std::optional<std::string_view> kv_format,
+                    std::optional<std::string_view> kv_layout);
 
 }  // namespace sparse_mla::python

@@ -20,21 +20,33 @@ TORCH_LIBRARY(sparse_mla, m) {
   m.def(
       "plan_decode(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_length, "
       "Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
-      "Tensor? extra_topk_length, str? kv_format, int d_v) -> (int, int, str, str, str)");
+      "Tensor? extra_topk_length, str? kv_format, int d_v, *, str? kv_layout=None, "
+      "str? extra_kv_format=None, str? extra_kv_layout=None) -> (int, int, str, str, str)");
   m.def(
       "sparse_decode(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_length, "
       "Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
       "Tensor? extra_topk_length, str? kv_format, float? softmax_scale, int d_v, "
-      "Tensor(d!)? workspace, bool reuse_schedule, Tensor(a!) out, Tensor(b!) lse) -> ()",
+      "Tensor(d!)? workspace, bool reuse_schedule, Tensor(a!) out, Tensor(b!) lse, *, "
+      "str? kv_layout=None, str? extra_kv_format=None, str? extra_kv_layout=None) -> ()",
       tags);
   m.def(
       "sparse_decode_alloc(Tensor q, Tensor kv_cache, Tensor indices, Tensor? topk_length, "
       "Tensor? attn_sink, Tensor? extra_kv_cache, Tensor? extra_indices, "
       "Tensor? extra_topk_length, str? kv_format, float? softmax_scale, int d_v, "
-      "Tensor(d!)? workspace, bool reuse_schedule) -> (Tensor out, Tensor lse)",
+      "Tensor(d!)? workspace, bool reuse_schedule, *, str? kv_layout=None, "
+      "str? extra_kv_format=None, str? extra_kv_layout=None) -> (Tensor out, Tensor lse)",
       tags);
-  m.def("quantize_kv_cache(Tensor kv, str kv_format, Tensor(a!) cache) -> ()", tags);
-  m.def("dequantize_kv_cache(Tensor cache, str? kv_format, Tensor(a!) out) -> ()", tags);
+  m.def(
+      "quantize_kv_cache(Tensor kv, str kv_format, Tensor(a!) cache, *, str? kv_layout=None) -> ()",
+      tags);
+  m.def(
+      "dequantize_kv_cache(Tensor cache, str? kv_format, Tensor(a!) out, *, "
+      "str? kv_layout=None) -> ()",
+      tags);
+  m.def(
+      "write_kv_cache(Tensor rows, Tensor slot_mapping, Tensor(a!) cache, str? kv_format=None, "
+      "str? kv_layout=None) -> ()",
+      tags);
 }
 
 TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) {
@@ -45,6 +57,7 @@ TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) {
   m.impl("sparse_decode_alloc", &sparse_mla::python::sparse_decode_alloc);
   m.impl("quantize_kv_cache", &sparse_mla::python::quantize_kv_cache);
   m.impl("dequantize_kv_cache", &sparse_mla::python::dequantize_kv_cache);
+  m.impl("write_kv_cache", &sparse_mla::python::write_kv_cache);
 }
 
 TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) {
@@ -53,13 +66,17 @@ TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) {
   m.impl("sparse_decode", &sparse_mla::python::sparse_decode);
   m.impl("sparse_prefill_alloc", &sparse_mla::python::sparse_prefill_alloc);
   m.impl("sparse_decode_alloc", &sparse_mla::python::sparse_decode_alloc);
+  m.impl("quantize_kv_cache", &sparse_mla::python::quantize_kv_cache);
+  m.impl("dequantize_kv_cache", &sparse_mla::python::dequantize_kv_cache);
+  m.impl("write_kv_cache", &sparse_mla::python::write_kv_cache);
 }
 
 // No operator has a backward: an input that requires grad raises instead of giving outputs
 // without gradients.
 TORCH_LIBRARY_IMPL(sparse_mla, Autograd, m) {
-  for (const char* name : {"sparse_prefill", "sparse_prefill_alloc", "plan_decode", "sparse_decode",
-                           "sparse_decode_alloc", "quantize_kv_cache", "dequantize_kv_cache"}) {
+  for (const char* name :
+       {"sparse_prefill", "sparse_prefill_alloc", "plan_decode", "sparse_decode",
+        "sparse_decode_alloc", "quantize_kv_cache", "dequantize_kv_cache", "write_kv_cache"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&sparse_mla::python::no_backward>());
   }
 }

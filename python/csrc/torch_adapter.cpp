@@ -153,8 +153,32 @@ std::optional<TensorView> to_view(const char* op, const char* name,
   return to_view(op, name, *t);
 }
 
-KvCacheView to_cache_view(const char* op, const char* name, const at::Tensor& t,
-                          std::optional<std::string_view> format, at::Tensor* staged) {
+std::optional<KvLayout> parse_layout_arg(const char* op, const char* arg,
+                                         std::optional<std::string_view> name) {
+  if (!name.has_value()) return std::nullopt;
+  std::optional<KvLayout> parsed = parse_kv_layout(*name);
+  if (!parsed) {
+    fail_value(std::string(op) + ": " + arg + " = \"" + std::string(*name) +
+               "\" is not a KV-cache layout (page_split, token_interleaved)");
+  }
+  return parsed;
+}
+
+namespace {
+
+// Formats a cache's bytes per token identify (bf16 aside: 2 * d_qk bytes).
+constexpr std::array<KvCacheFormat, 4> kQuantizedFormats = {
+    KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8, KvCacheFormat::kV41Fp8, KvCacheFormat::kV41Fp4};
+
+bool has_both_layouts(KvCacheFormat f) {
+  return kv_cache_layout_supported(f, KvLayout::kPageSplit) &&
+         kv_cache_layout_supported(f, KvLayout::kTokenInterleaved);
+}
+
+}  // namespace
+
+KvCacheFormat cache_format(const char* op, const char* name, const at::Tensor& t,
+                           std::optional<std::string_view> format, CacheArgNames arg_names) {
   const std::string prefix = std::string(op) + ": " + name;
   if (!t.defined()) fail_value(prefix + " is an undefined tensor");
   if (t.dim() != 4 || t.size(2) != 1) {
@@ -167,40 +191,45 @@ KvCacheView to_cache_view(const char* op, const char* name, const at::Tensor& t,
     fail_value(prefix + " has dtype " + std::string(c10::toString(type)) +
                "; a cache is uint8, int8 or float8_e4m3fn bytes (or bf16 rows)");
   }
-  const int64_t last = t.size(3);
-  const int64_t row_bytes = bf16_rows ? 2 * last : last;
-
-  KvCacheFormat fmt;
+  const int64_t row_bytes = bf16_rows ? 2 * t.size(3) : t.size(3);
   if (format.has_value()) {
     std::optional<KvCacheFormat> parsed = parse_kv_cache_format(*format);
     if (!parsed) {
-      fail_value(std::string(op) + ": kv_format = \"" + std::string(*format) +
-                 "\" is not a KV-cache format (v32_fp8, v4_fp8, bf16)");
+      fail_value(std::string(op) + ": " + arg_names.format + " = \"" + std::string(*format) +
+                 "\" is not a KV-cache format (v32_fp8, v4_fp8, bf16, v41_fp8, v41_fp4)");
     }
-    fmt = *parsed;
-  } else if (bf16_rows) {
-    fmt = KvCacheFormat::kBf16;
-  } else {
-    bool found = false;
-    for (KvCacheFormat f : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8}) {
-      if (kv_cache_bytes_per_token(f, 0) == row_bytes) {
-        fmt = f;
-        found = true;
-      }
-    }
-    if (!found && (row_bytes == 1024 || row_bytes == 1152)) {
-      fmt = KvCacheFormat::kBf16;
-      found = true;
-    }
-    if (!found) {
-      fail_value(prefix + ".shape[3] (bytes_per_token) = " + std::to_string(row_bytes) +
-                 " matches no KV-cache format (656 v32_fp8, 584 v4_fp8, 1024 or 1152 bf16)");
-    }
+    return *parsed;
   }
-  const KvCacheFormatInfo& info = kv_cache_format_info(fmt);
+  if (bf16_rows) return KvCacheFormat::kBf16;
+  for (KvCacheFormat f : kQuantizedFormats) {
+    if (kv_cache_bytes_per_token(f, 0) == row_bytes) return f;
+  }
+  if (row_bytes == 1024 || row_bytes == 1152) return KvCacheFormat::kBf16;
+  fail_value(prefix + ".shape[3] (bytes_per_token) = " + std::to_string(row_bytes) +
+             " matches no KV-cache format (656 v32_fp8, 584 v4_fp8, 528 v41_fp8, 288 v41_fp4, "
+             "1024 or 1152 bf16)");
+}
+
+KvCacheView to_cache_view(const char* op, const char* name, const at::Tensor& t,
+                          std::optional<std::string_view> format,
+                          std::optional<std::string_view> layout, at::Tensor* staged,
+                          CacheArgNames arg_names) {
+  const std::string prefix = std::string(op) + ": " + name;
+  const KvCacheFormat fmt = cache_format(op, name, t, format, arg_names);
+  const bool bf16_rows = t.scalar_type() == at::kBFloat16;
+  const int64_t last = t.size(3);
+  const int64_t row_bytes = bf16_rows ? 2 * last : last;
+  const KvLayout kv_layout =
+      parse_layout_arg(op, arg_names.layout, layout).value_or(KvLayout::kDefault);
+  if (!kv_cache_layout_supported(fmt, kv_layout)) {
+    fail_value(std::string(op) + ": " + arg_names.layout + " = \"" + std::string(*layout) +
+               "\" is not a layout of " + kv_cache_format_name(fmt) + " (its layout is " +
+               kv_layout_name(resolve_kv_layout(fmt, KvLayout::kDefault)) + ")");
+  }
+  const KvCacheFormatInfo& info = kv_cache_format_info(fmt, kv_layout);
   if (bf16_rows && fmt != KvCacheFormat::kBf16) {
-    fail_value(prefix + " holds bf16 values, which only the bf16 format stores (kv_format = " +
-               std::string(info.name) + ")");
+    fail_value(prefix + " holds bf16 values, which only the bf16 format stores (" +
+               arg_names.format + " = " + std::string(info.name) + ")");
   }
   const int d_qk = info.d_qk != 0 ? info.d_qk : static_cast<int>(row_bytes / 2);
   const int64_t bytes_per_token = kv_cache_bytes_per_token(fmt, d_qk);
@@ -223,26 +252,30 @@ KvCacheView to_cache_view(const char* op, const char* name, const at::Tensor& t,
   KvCacheView v;
   v.data = t.data_ptr();
   v.format = fmt;
+  v.layout = info.layout;
   v.num_blocks = num_blocks;
   v.page_block_size = page_block_size;
   v.d_qk = d_qk;
   v.device = to_device(op, name, t);
   v.block_stride_bytes = t.stride(0) * elem;
-  const int64_t min_stride = kv_cache_min_block_stride(fmt, page_block_size, d_qk);
-  if (fmt == KvCacheFormat::kV4Fp8 && v.block_stride_bytes > min_stride) {
-    fail_value(prefix + ".stride(0) = " + std::to_string(t.stride(0)) + " (" +
-               std::to_string(v.block_stride_bytes) + " bytes) is not the v4_fp8 block stride " +
-               std::to_string(min_stride) + " for page_block_size " +
-               std::to_string(page_block_size) +
-               ": a v4_fp8 block stores the scales after all the rows it holds, so a view keeping "
-               "fewer rows than its blocks hold (e.g. cache[:, :k]) or a padded block stride "
-               "cannot be read; pass whole, unpadded pages");
+  const int64_t min_stride = kv_cache_min_block_stride(fmt, page_block_size, d_qk, info.layout);
+  const bool page_split = info.layout == KvLayout::kPageSplit;
+  if (page_split && v.block_stride_bytes > min_stride) {
+    const std::string layout_text = has_both_layouts(fmt) ? "page_split " : "";
+    fail_value(
+        prefix + ".stride(0) = " + std::to_string(t.stride(0)) + " (" +
+        std::to_string(v.block_stride_bytes) + " bytes) is not the " + std::string(info.name) +
+        " " + layout_text + "block stride " + std::to_string(min_stride) + " for page_block_size " +
+        std::to_string(page_block_size) + ": a " + std::string(info.name) + " " + layout_text +
+        "block stores the scales after all the rows it holds, so a view keeping "
+        "fewer rows than its blocks hold (e.g. cache[:, :k]) or a padded block stride "
+        "cannot be read; pass whole, unpadded pages");
   }
   if (num_blocks == 1) {
     // The stride of a single block is never used to address anything; torch reports the packed
-    // size, which for v4_fp8 is below the 576-byte-aligned stride the format prescribes.
+    // size, which for page_split formats can be below the aligned stride the format prescribes.
     if (v.block_stride_bytes < min_stride) v.block_stride_bytes = min_stride;
-  } else if (staged != nullptr && fmt == KvCacheFormat::kV4Fp8 &&
+  } else if (staged != nullptr && page_split &&
              v.block_stride_bytes == bytes_per_token * page_block_size &&
              v.block_stride_bytes < min_stride) {
     // Packed blocks (a clone of a cache view): every block's bytes, closer together than the

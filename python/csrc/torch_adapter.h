@@ -42,21 +42,43 @@ void check_no_internal_overlap(const char* op, const char* name, const at::Tenso
 void check_disjoint(const char* op, const char* out_name, const at::Tensor& out,
                     const char* other_name, const at::Tensor& other);
 
+// How a call names a cache's format and layout arguments in its errors: "kv_format" /
+// "kv_layout" for the main cache, "extra_kv_format" / "extra_kv_layout" for the extra one.
+struct CacheArgNames {
+  const char* format = "kv_format";
+  const char* layout = "kv_layout";
+};
+
 // A paged cache as FlashMLA passes it: `t` is [num_blocks, page_block_size, 1, bytes_per_token]
 // of uint8 / int8 / float8_e4m3fn (or [.., 1, d_qk] bf16 for the bf16 format), token rows
 // `bytes_per_token` apart (stride(1)), blocks stride(0) apart. `format` is a format name
-// ("v32_fp8", "v4_fp8", "bf16"); when absent it is inferred from bytes_per_token
-// (656 -> v32_fp8, 584 -> v4_fp8, 1024 / 1152 -> bf16, or a bf16 dtype).
+// ("v32_fp8", "v4_fp8", "bf16", "v41_fp8", "v41_fp4"); when absent it is inferred from
+// bytes_per_token (656 -> v32_fp8, 584 -> v4_fp8, 528 -> v41_fp8, 288 -> v41_fp4, 1024 / 1152 ->
+// bf16, or a bf16 dtype). `layout` is "page_split" or "token_interleaved" (bytes cannot tell
+// them apart); when absent, the format's own (page_split for v4_fp8 and the V4.1 records).
 //
-// v4_fp8 keeps a block's scales after all its rows, so its block stride must be exactly
-// kv_cache_min_block_stride (SPEC §4): a larger stride is what a view keeping fewer rows than
-// its blocks hold looks like (cache[:, :k]), whose scales would be read at the wrong offsets,
-// and is rejected. A *packed* multi-block v4_fp8 tensor (block stride page_block_size * 584, what
-// torch.clone() makes of a cache view) holds every byte of its blocks; with `staged` given it is
-// copied into a buffer of the format's block stride (*staged, kept alive by the caller) and the
-// view points there (the caller detects this by *staged being defined); without, it is rejected.
+// A page_split block keeps its scales after all its data rows, so its block stride must be
+// exactly kv_cache_min_block_stride (SPEC §4): a larger stride is what a view keeping fewer rows
+// than its blocks hold looks like (cache[:, :k]), whose scales would be read at the wrong
+// offsets, and is rejected. A *packed* multi-block page_split tensor (block stride
+// page_block_size * bytes_per_token, what torch.clone() makes of a cache view) holds every byte
+// of its blocks; with `staged` given it is copied into a buffer of the format's block stride
+// (*staged, kept alive by the caller) and the view points there (the caller detects this by
+// *staged being defined); without, it is rejected.
 KvCacheView to_cache_view(const char* op, const char* name, const at::Tensor& t,
-                          std::optional<std::string_view> format, at::Tensor* staged = nullptr);
+                          std::optional<std::string_view> format,
+                          std::optional<std::string_view> layout, at::Tensor* staged = nullptr,
+                          CacheArgNames args = {});
+
+// The format a cache tensor is read as: `format` when given (ValueError naming arg_names.format
+// for an unknown name), else inferred from its dtype and bytes per token as to_cache_view does.
+// Checks the cache's rank and dtype.
+KvCacheFormat cache_format(const char* op, const char* name, const at::Tensor& t,
+                           std::optional<std::string_view> format, CacheArgNames arg_names = {});
+
+// The layout named `name` (nullopt when absent). ValueError naming `arg` for an unknown name.
+std::optional<KvLayout> parse_layout_arg(const char* op, const char* arg,
+                                         std::optional<std::string_view> name);
 
 // Bytes addressable from t.data_ptr() to the end of its storage.
 int64_t bytes_to_storage_end(const at::Tensor& t);

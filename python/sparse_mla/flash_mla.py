@@ -10,9 +10,10 @@ workspace) and later calls with the same configuration reuse; decode returns ``l
 
 Beyond FlashMLA: any h_q in 1..128 and any topk; every out-of-range index is invalid (not only
 -1); ``topk_length`` also per query token (``[b, s_q]``) and for V3.2 caches; a bf16 cache with
-``is_fp8_kvcache=False``; CPU tensors. Not supported (``NotImplementedError``): dense decode
-(``indices=None``), ``causal=True``, and the dense MHA prefill functions
-(``flash_attn_varlen_*``).
+``is_fp8_kvcache=False``; DeepSeek V4.1's ``v41_fp8`` / ``v41_fp4`` caches in either page layout
+(keywords ``kv_layout`` / ``extra_kv_layout``); CPU tensors. Not supported
+(``NotImplementedError``): dense decode (``indices=None``), ``causal=True``, and the dense MHA
+prefill functions (``flash_attn_varlen_*``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ class FlashMLASchedMeta:
         extra_page_block_size: Optional[int]
         extra_topk: Optional[int]
 
+        # sparse-mla's page layouts of the caches (None: the format's own).
+        kv_layout: Optional[str] = None
+        extra_kv_layout: Optional[str] = None
+
     have_initialized: bool = False
     config: Optional[Config] = None
     plan: Optional[DecodePlan] = None
@@ -64,6 +69,7 @@ class FlashMLASchedMeta:
     # found: a later call whose key is equal skips the per-call configuration work.
     _key: Optional[tuple] = dataclasses.field(default=None, repr=False, compare=False)
     _kv_format: Optional[str] = dataclasses.field(default=None, repr=False, compare=False)
+    _layouts: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 def get_mla_metadata(*args, **kwargs) -> Tuple[FlashMLASchedMeta, None]:
@@ -103,15 +109,18 @@ def flash_mla_with_kvcache(
     extra_indices_in_kvcache: Optional[torch.Tensor] = None,
     topk_length: Optional[torch.Tensor] = None,
     extra_topk_length: Optional[torch.Tensor] = None,
+    *,
+    kv_layout: Optional[str] = None,
+    extra_kv_layout: Optional[str] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Sparse MLA decode over a paged cache (FlashMLA's sparse path; SPEC §3).
 
     Args:
         q: ``[b, s_q, h_q, d_qk]`` bf16.
         k_cache: ``[num_blocks, page_block_size, 1, bytes_per_token]`` float8_e4m3fn / uint8 /
-            int8: 656 B (V3.2, d_qk 576) or 584 B (V4, d_qk 512) per token; block stride
-            ``k_cache.stride(0)``. With ``is_fp8_kvcache=False``: a bf16 cache
-            ``[num_blocks, page_block_size, 1, d_qk]``.
+            int8: 656 B (V3.2, d_qk 576), 584 B (V4, d_qk 512), 528 B (V4.1 ``v41_fp8``) or
+            288 B (V4.1 ``v41_fp4``) per token; block stride ``k_cache.stride(0)``. With
+            ``is_fp8_kvcache=False``: a bf16 cache ``[num_blocks, page_block_size, 1, d_qk]``.
         block_table: ignored (the page is encoded in ``indices``).
         cache_seqlens: ignored.
         head_dim_v: 512.
@@ -119,14 +128,19 @@ def flash_mla_with_kvcache(
         num_splits: must be None.
         softmax_scale: default ``d_qk ** -0.5``.
         causal: must be False.
-        is_fp8_kvcache: True for the FP8 formats.
+        is_fp8_kvcache: True for the quantized formats (FP8, and V4.1's FP4).
         indices: ``[b, s_q, topk]`` int32 physical slots ``block * page_block_size + offset``;
             out-of-range values (e.g. -1) are invalid and never read.
         attn_sink: optional ``[h_q]`` fp32.
-        extra_k_cache: optional second cache (same format, own page size).
+        extra_k_cache: optional second cache (own page size; the main cache's format, or with a
+            V4.1 ``v41_fp8`` main cache a ``v41_fp8`` or ``v41_fp4`` one, told by its bytes).
         extra_indices_in_kvcache: ``[b, s_q, extra_topk]`` int32, required iff extra_k_cache.
         topk_length: optional ``[b]`` (or ``[b, s_q]``) int32.
         extra_topk_length: optional ``[b]`` (or ``[b, s_q]``) int32.
+        kv_layout: sparse-mla only, keyword: the page layout of ``k_cache``, ``"page_split"``
+            or ``"token_interleaved"`` (default: the format's own, page_split for V4 / V4.1).
+        extra_kv_layout: sparse-mla only, keyword: the page layout of ``extra_k_cache``
+            (default: ``kv_layout`` where its format has it, else the format's own).
 
     Returns:
         ``(out, lse)``: out ``[b, s_q, h_q, head_dim_v]`` bf16 contiguous; lse
@@ -158,13 +172,14 @@ def flash_mla_with_kvcache(
            None if attn_sink is None else attn_sink.shape,
            None if extra_k_cache is None else (extra_k_cache.shape, extra_k_cache.dtype),
            None if extra_indices_in_kvcache is None else extra_indices_in_kvcache.shape,
-           None if extra_topk_length is None else extra_topk_length.shape)
+           None if extra_topk_length is None else extra_topk_length.shape,
+           kv_layout, extra_kv_layout)
     if sched_meta.have_initialized and key == sched_meta._key:
         out, lse = _DECODE_ALLOC(
             q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache,
             extra_topk_length, sched_meta._kv_format,
             None if softmax_scale is None else float(softmax_scale), head_dim_v,
-            sched_meta.plan.workspace, True,
+            sched_meta.plan.workspace, True, **sched_meta._layouts,
         )
         return out, lse.transpose(1, 2)
 
@@ -180,6 +195,7 @@ def flash_mla_with_kvcache(
         causal, is_fp8_kvcache, indices.shape[-1],
         extra_k_cache.shape[1] if extra_k_cache is not None else None,
         extra_indices_in_kvcache.shape[-1] if extra_indices_in_kvcache is not None else None,
+        kv_layout, extra_kv_layout,
     )
     decode_args = dict(
         topk_length=topk_length,
@@ -188,6 +204,8 @@ def flash_mla_with_kvcache(
         extra_indices=extra_indices_in_kvcache,
         extra_topk_length=extra_topk_length,
         kv_format=kv_format,
+        kv_layout=kv_layout,
+        extra_kv_layout=extra_kv_layout,
         d_v=head_dim_v,
     )
     reuse = sched_meta.have_initialized
@@ -207,6 +225,9 @@ def flash_mla_with_kvcache(
     if not reuse:
         sched_meta.plan, sched_meta.config, sched_meta.have_initialized = plan, config, True
         sched_meta._key, sched_meta._kv_format = key, kv_format
+        sched_meta._layouts = {k: v for k, v in (("kv_layout", kv_layout),
+                                                 ("extra_kv_layout", extra_kv_layout))
+                               if v is not None}
     return out, lse.transpose(1, 2)
 
 

@@ -146,6 +146,20 @@ def _format_name(kv_format: "str | KvCacheFormat | None") -> Optional[str]:
     return kv_cache_format(kv_format).name
 
 
+_NO_LAYOUTS: Dict[str, str] = {}
+
+
+def _layout_args(kv_layout: Optional[str], extra_kv_format: "str | KvCacheFormat | None",
+                 extra_kv_layout: Optional[str]) -> Dict[str, str]:
+    """The operators' keyword-only cache arguments that are set (none: the common V3.2 / V4
+    call passes no keywords). Strings go as they are: the operator names a bad value."""
+    if kv_layout is None and extra_kv_format is None and extra_kv_layout is None:
+        return _NO_LAYOUTS
+    return {k: v for k, v in (("kv_layout", kv_layout),
+                              ("extra_kv_format", _format_name(extra_kv_format)),
+                              ("extra_kv_layout", extra_kv_layout)) if v is not None}
+
+
 def plan_decode(
     q: torch.Tensor,
     kv_cache: torch.Tensor,
@@ -157,6 +171,9 @@ def plan_decode(
     extra_indices: Optional[torch.Tensor] = None,
     extra_topk_length: Optional[torch.Tensor] = None,
     kv_format: "str | KvCacheFormat | None" = None,
+    kv_layout: Optional[str] = None,
+    extra_kv_format: "str | KvCacheFormat | None" = None,
+    extra_kv_layout: Optional[str] = None,
     d_v: int = _D_V,
 ) -> DecodePlan:
     """Plans :func:`sparse_decode` calls with these arguments' shapes and allocates the workspace.
@@ -171,6 +188,7 @@ def plan_decode(
     workspace_bytes, num_sm_parts, backend, kernel, reason = _PLAN(
         q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
         extra_topk_length, _format_name(kv_format), d_v,
+        **_layout_args(kv_layout, extra_kv_format, extra_kv_layout),
     )
     workspace = None
     if workspace_bytes > 0:
@@ -196,6 +214,9 @@ def sparse_decode(
     extra_indices: Optional[torch.Tensor] = None,
     extra_topk_length: Optional[torch.Tensor] = None,
     kv_format: "str | KvCacheFormat | None" = None,
+    kv_layout: Optional[str] = None,
+    extra_kv_format: "str | KvCacheFormat | None" = None,
+    extra_kv_layout: Optional[str] = None,
     softmax_scale: Optional[float] = None,
     d_v: int = _D_V,
     plan: Optional[DecodePlan] = None,
@@ -208,18 +229,25 @@ def sparse_decode(
     Args:
         q: ``[b, s_q, h_q, d_qk]`` bf16, last dim contiguous (s_q: query tokens per request).
         kv_cache: ``[num_blocks, page_block_size, 1, bytes_per_token]`` uint8 / int8 /
-            float8_e4m3fn in format ``v32_fp8`` (656 B, d_qk 576), ``v4_fp8`` (584 B, d_qk 512)
-            or ``bf16`` (see :mod:`sparse_mla.kv_cache`); block stride = ``kv_cache.stride(0)``.
+            float8_e4m3fn in format ``v32_fp8`` (656 B, d_qk 576), ``v4_fp8`` (584 B, d_qk 512),
+            ``v41_fp8`` (528 B, d_qk 512), ``v41_fp4`` (288 B, d_qk 512) or ``bf16`` (see
+            :mod:`sparse_mla.kv_cache`); block stride = ``kv_cache.stride(0)``.
         indices: ``[b, s_q, topk]`` int32 physical slots ``block * page_block_size + offset``;
             valid iff ``0 <= idx < num_blocks * page_block_size`` (and inside topk_length);
             anything else is never read.
         topk_length: optional ``[b]`` (per request) or ``[b, s_q]`` (per query token) int32.
         attn_sink: optional ``[h_q]`` fp32 (as in :func:`sparse_prefill`).
-        extra_kv_cache: optional second cache of the same format, its own page size and blocks.
+        extra_kv_cache: optional second cache with its own page size and blocks: of the main
+            cache's format, or with a ``v41_fp8`` main cache ``v41_fp8`` or ``v41_fp4``.
         extra_indices: ``[b, s_q, extra_topk]`` int32 slots of ``extra_kv_cache``; required iff
             it is given. The valid slots of both lists form one softmax.
         extra_topk_length: optional ``[b]`` or ``[b, s_q]`` int32.
         kv_format: format name; inferred from the cache's last dim when omitted.
+        kv_layout: the main cache's page layout, ``"page_split"`` or ``"token_interleaved"``
+            (default: its format's own; bytes per token cannot tell them apart).
+        extra_kv_format: the extra cache's format; inferred from its last dim when omitted.
+        extra_kv_layout: the extra cache's page layout (default: ``kv_layout`` where the extra
+            cache's format has it, else its format's own).
         softmax_scale: scale of ``q . k``; default ``d_qk ** -0.5``.
         d_v: value dimension; must be 512 (V = first 512 dims of the dequantized row).
         plan: from :func:`plan_decode` for these shapes; when omitted the call plans for itself
@@ -248,11 +276,12 @@ def sparse_decode(
         )
     name = _format_name(kv_format)
     scale = None if softmax_scale is None else float(softmax_scale)
+    layouts = _layout_args(kv_layout, extra_kv_format, extra_kv_layout)
     if out is None and lse is None:
         # Validated in full before the outputs are allocated.
         return _DECODE_ALLOC(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
                              extra_indices, extra_topk_length, name, scale, d_v, workspace,
-                             reuse_schedule)
+                             reuse_schedule, **layouts)
     b, s_q, h_q = (q.shape[0], q.shape[1], q.shape[2]) if q.dim() == 4 else (0, 0, 0)
     if out is None:
         # An unsupported d_v gets an empty placeholder: validation reports d_v before any size.
@@ -261,7 +290,7 @@ def sparse_decode(
     if lse is None:
         lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
     _DECODE(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-            extra_topk_length, name, scale, d_v, workspace, reuse_schedule, out, lse)
+            extra_topk_length, name, scale, d_v, workspace, reuse_schedule, out, lse, **layouts)
     return out, lse
 
 
@@ -332,7 +361,9 @@ def _sparse_decode_fake(
     extra_kv_cache: Optional[torch.Tensor], extra_indices: Optional[torch.Tensor],
     extra_topk_length: Optional[torch.Tensor], kv_format: Optional[str],
     softmax_scale: Optional[float], d_v: int, workspace: Optional[torch.Tensor],
-    reuse_schedule: bool, out: torch.Tensor, lse: torch.Tensor,
+    reuse_schedule: bool, out: torch.Tensor, lse: torch.Tensor, *,
+    kv_layout: Optional[str] = None, extra_kv_format: Optional[str] = None,
+    extra_kv_layout: Optional[str] = None,
 ) -> None:
     _decode_devices(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
                     extra_topk_length, workspace=workspace, out=out, lse=lse)
@@ -346,7 +377,8 @@ def _sparse_decode_alloc_fake(
     extra_kv_cache: Optional[torch.Tensor], extra_indices: Optional[torch.Tensor],
     extra_topk_length: Optional[torch.Tensor], kv_format: Optional[str],
     softmax_scale: Optional[float], d_v: int, workspace: Optional[torch.Tensor],
-    reuse_schedule: bool,
+    reuse_schedule: bool, *, kv_layout: Optional[str] = None,
+    extra_kv_format: Optional[str] = None, extra_kv_layout: Optional[str] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     _decode_devices(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
                     extra_topk_length, workspace=workspace)
@@ -380,7 +412,9 @@ def _plan_decode_fake(
     q: torch.Tensor, kv_cache: torch.Tensor, indices: torch.Tensor,
     topk_length: Optional[torch.Tensor], attn_sink: Optional[torch.Tensor],
     extra_kv_cache: Optional[torch.Tensor], extra_indices: Optional[torch.Tensor],
-    extra_topk_length: Optional[torch.Tensor], kv_format: Optional[str], d_v: int,
+    extra_topk_length: Optional[torch.Tensor], kv_format: Optional[str], d_v: int, *,
+    kv_layout: Optional[str] = None, extra_kv_format: Optional[str] = None,
+    extra_kv_layout: Optional[str] = None,
 ) -> Tuple[int, int, str, str, str]:
     """The real plan: planning reads shapes, strides and the device only, so it runs on real
     stand-ins of the (fake) arguments. Meta tensors have no back end to plan for."""
@@ -397,11 +431,13 @@ def _plan_decode_fake(
         return _PLAN(_stand_in(q), _stand_in(kv_cache, cache=True), _stand_in(indices),
                      _stand_in(topk_length), _stand_in(attn_sink),
                      _stand_in(extra_kv_cache, cache=True), _stand_in(extra_indices),
-                     _stand_in(extra_topk_length), kv_format, d_v)
+                     _stand_in(extra_topk_length), kv_format, d_v,
+                     **_layout_args(kv_layout, extra_kv_format, extra_kv_layout))
 
 
 @torch.library.register_fake("sparse_mla::quantize_kv_cache")
-def _quantize_kv_cache_fake(kv: torch.Tensor, kv_format: str, cache: torch.Tensor) -> None:
+def _quantize_kv_cache_fake(kv: torch.Tensor, kv_format: str, cache: torch.Tensor, *,
+                            kv_layout: Optional[str] = None) -> None:
     if cache.device != kv.device:
         raise ValueError(f"quantize_kv_cache: cache is on {cache.device} but kv is on {kv.device}")
     return None
@@ -409,10 +445,24 @@ def _quantize_kv_cache_fake(kv: torch.Tensor, kv_format: str, cache: torch.Tenso
 
 @torch.library.register_fake("sparse_mla::dequantize_kv_cache")
 def _dequantize_kv_cache_fake(
-    cache: torch.Tensor, kv_format: Optional[str], out: torch.Tensor
+    cache: torch.Tensor, kv_format: Optional[str], out: torch.Tensor, *,
+    kv_layout: Optional[str] = None,
 ) -> None:
     if out.device != cache.device:
         raise ValueError(
             f"dequantize_kv_cache: out is on {out.device} but cache is on {cache.device}"
         )
+    return None
+
+
+@torch.library.register_fake("sparse_mla::write_kv_cache")
+def _write_kv_cache_fake(
+    rows: torch.Tensor, slot_mapping: torch.Tensor, cache: torch.Tensor,
+    kv_format: Optional[str] = None, kv_layout: Optional[str] = None,
+) -> None:
+    for name, t in (("rows", rows), ("slot_mapping", slot_mapping)):
+        if t.device != cache.device:
+            raise ValueError(
+                f"write_kv_cache: {name} is on {t.device} but cache is on {cache.device}"
+            )
     return None

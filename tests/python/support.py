@@ -145,34 +145,46 @@ def prefill_case(s_q=6, s_kv=200, h_q=16, d_qk=576, topk=64, *, attn_sink=True,
 
 
 def _cache(gen, fmt: str, d_qk: int, num_blocks: int, pbs: int, lists, valid, poison: bool,
-           pad: bool):
-    """A quantized cache of random rows (unreferenced ones NaN), block stride padded if `pad`."""
+           pad: bool, layout: Optional[str] = None, quantizer: str = "library"):
+    """A quantized cache of random rows (unreferenced ones NaN), block stride padded if `pad`
+    (page_split blocks have a fixed stride; token_interleaved V4.1 ones pad by a record).
+    quantizer: "library" (sparse_mla.quantize_kv_cache) or "reference" (the torch one)."""
     rows = _randn(gen, num_blocks * pbs, d_qk)
     if poison:
         _poison_unreferenced(rows, lists, valid)
     rows = rows.to(torch.bfloat16).view(num_blocks, pbs, 1, d_qk)
-    stride = sparse_mla.kv_cache_block_stride(fmt, pbs, d_qk)
-    if pad and fmt != "v4_fp8":  # a v4_fp8 block stride is fixed by its page size
-        stride += 16
-    cache = sparse_mla.empty_kv_cache(num_blocks, pbs, fmt, d_qk=d_qk, block_stride=stride)
-    return sparse_mla.quantize_kv_cache(rows, fmt, out=cache)
+    info = sparse_mla.kv_cache_format(fmt)
+    layout = info.layout(layout)
+    stride = sparse_mla.kv_cache_block_stride(fmt, pbs, d_qk, kv_layout=layout)
+    if pad and layout != "page_split":
+        stride += info.alignment(layout) if info.alignment(layout) > 1 else 16
+    if quantizer == "reference":
+        from sparse_mla.reference import quantize_kv_cache_reference
+        return quantize_kv_cache_reference(rows, fmt, block_stride=stride, kv_layout=layout)
+    cache = sparse_mla.empty_kv_cache(num_blocks, pbs, fmt, d_qk=d_qk, block_stride=stride,
+                                      kv_layout=layout)
+    return sparse_mla.quantize_kv_cache(rows, fmt, kv_layout=layout, out=cache)
 
 
 def decode_case(b=3, s_q=2, h_q=16, topk=64, fmt="v32_fp8", *, d_qk=None, page_block_size=61,
                 num_blocks=None, topk_length="request", attn_sink=True, extra=False,
                 extra_topk=40, extra_page_block_size=2, extra_num_blocks=None,
                 extra_topk_length="token", pad=True, invalid=True, empty=True, poison=True,
-                softmax_scale=None, seed=0) -> Dict:
+                softmax_scale=None, kv_layout=None, extra_fmt=None, extra_kv_layout=None,
+                quantizer="library", seed=0) -> Dict:
     """Arguments of sparse_decode (keys as its keyword names) per the recipe.
 
     topk_length / extra_topk_length: "request" ([b]), "token" ([b, s_q]) or None.
+    kv_layout / extra_kv_layout: the caches' page layouts (None: the format's own); extra_fmt:
+    the extra cache's format (None: fmt). They are passed as arguments when given.
+    quantizer: how the caches are made, "library" or "reference" (see _cache).
     """
     gen = torch.Generator().manual_seed(seed)
     info = sparse_mla.kv_cache_format(fmt)
     d_qk = d_qk or info.d_qk or 576
     q = _randn(gen, b, s_q, h_q, d_qk).clamp(-1, 1).to(torch.bfloat16)
 
-    def one_list(kind, count, pbs, blocks):
+    def one_list(kind, count, pbs, blocks, cache_fmt, layout):
         blocks = blocks or max(1, -(-2 * count // pbs))
         lengths = None
         if kind == "request":
@@ -182,19 +194,45 @@ def decode_case(b=3, s_q=2, h_q=16, topk=64, fmt="v32_fp8", *, d_qk=None, page_b
         per_query = None if lengths is None else (
             lengths[:, None].expand(b, s_q) if lengths.dim() == 1 else lengths).reshape(-1)
         lists = _index_lists(gen, b * s_q, count, blocks * pbs, invalid, empty, per_query)
-        cache = _cache(gen, fmt, d_qk, blocks, pbs, lists,
-                             _valid_mask(lists, blocks * pbs, per_query), poison, pad)
+        cache = _cache(gen, cache_fmt, d_qk, blocks, pbs, lists,
+                       _valid_mask(lists, blocks * pbs, per_query), poison, pad, layout, quantizer)
         indices = lists.view(b, s_q, count)
         return (padded(indices) if pad else indices), lengths, cache
 
-    indices, lengths, cache = one_list(topk_length, topk, page_block_size, num_blocks)
+    indices, lengths, cache = one_list(topk_length, topk, page_block_size, num_blocks, fmt,
+                                       kv_layout)
     args = dict(q=padded(q) if pad else q, kv_cache=cache, indices=indices, topk_length=lengths,
                 attn_sink=_sinks(gen, h_q) if attn_sink else None, softmax_scale=softmax_scale)
     if extra:
         e_indices, e_lengths, e_cache = one_list(extra_topk_length, extra_topk,
-                                                 extra_page_block_size, extra_num_blocks)
+                                                 extra_page_block_size, extra_num_blocks,
+                                                 extra_fmt or fmt, extra_kv_layout or kv_layout)
         args.update(extra_kv_cache=e_cache, extra_indices=e_indices, extra_topk_length=e_lengths)
+        if extra_fmt is not None:
+            args["extra_kv_format"] = extra_fmt
+        if extra_kv_layout is not None:
+            args["extra_kv_layout"] = extra_kv_layout
+    if kv_layout is not None:
+        args["kv_layout"] = kv_layout
     return args
+
+
+def token_records(cache: torch.Tensor, fmt: str, layout: Optional[str] = None) -> torch.Tensor:
+    """[num_slots, bytes_per_token] uint8: each token's record (data, scales, tail) gathered by
+    the SPEC §4 offsets of its layout, whatever the block stride (a view, a padded or a packed
+    cache)."""
+    info = sparse_mla.kv_cache_format(fmt)
+    layout = info.layout(layout)
+    raw = cache.view(torch.uint8)[:, :, 0, :]  # [num_blocks, pbs, bytes_per_token] token rows
+    num_blocks, pbs, record = raw.shape
+    if layout == "token_interleaved":
+        return raw.reshape(num_blocks * pbs, record)
+    # page_split: the block's first pbs * record bytes, data rows then scale rows.
+    data = {"v4_fp8": 576, "v41_fp8": 512, "v41_fp4": 256}[info.name]
+    block = raw.reshape(num_blocks, pbs * record)
+    rows = block[:, : pbs * data].reshape(num_blocks, pbs, data)
+    scales = block[:, pbs * data:].reshape(num_blocks, pbs, record - data)
+    return torch.cat([rows, scales], dim=-1).reshape(num_blocks * pbs, record)
 
 
 # ---- golden cases (tests/data/golden, from FlashMLA) -------------------------------------------

@@ -25,7 +25,13 @@ def test_signatures_are_flashmla():
         ("softmax_scale", None), ("causal", False), ("is_fp8_kvcache", False),
         ("indices", None), ("attn_sink", None), ("extra_k_cache", None),
         ("extra_indices_in_kvcache", None), ("topk_length", None), ("extra_topk_length", None),
+        # sparse-mla's own, keyword-only (V4.1 page layouts): FlashMLA calls are unaffected.
+        ("kv_layout", None), ("extra_kv_layout", None),
     ]
+    keyword_only = [p.name for p in inspect.signature(
+        flash_mla.flash_mla_with_kvcache).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    assert keyword_only == ["kv_layout", "extra_kv_layout"]
     assert params(flash_mla.flash_mla_sparse_fwd) == [
         ("q", empty), ("kv", empty), ("indices", empty), ("sm_scale", empty), ("d_v", 512),
         ("attn_sink", None), ("topk_length", None),

@@ -18,7 +18,7 @@ from hypothesis import strategies as st  # noqa: E402
 import sparse_mla  # noqa: E402
 from sparse_mla.reference import sparse_decode_reference, sparse_prefill_reference  # noqa: E402
 from support import (DECODE_LSE, DECODE_OUT, PREFILL_OUT, PREFILL_STATS, INT_MAX,  # noqa: E402
-                     INT_MIN, assert_close, decode_case, prefill_case)
+                     INT_MIN, assert_close, decode_case, prefill_case, token_records)
 
 SENTINEL = 12345.0  # written into passed outputs; a successful call must overwrite every element
 ERRORS = (ValueError, TypeError, RuntimeError, NotImplementedError)
@@ -172,14 +172,24 @@ def test_fuzz_prefill(call):
 
 @st.composite
 def decode_calls(draw):
-    fmt = draw(st.sampled_from(["v32_fp8", "v4_fp8", "bf16"]))
-    extra = fmt == "v4_fp8" and draw(st.booleans())
+    fmt = draw(st.sampled_from(["v32_fp8", "v4_fp8", "bf16", "v41_fp8", "v41_fp4"]))
+    extra = fmt in ("v4_fp8", "v41_fp8") and draw(st.booleans())
+    v41 = fmt.startswith("v41")
+    # V4.1: each cache's layout (None: the default), the extra cache v41_fp8 or v41_fp4.
+    layouts = [None, "page_split", "token_interleaved"]
+    kv_layout = draw(st.sampled_from(layouts)) if v41 else None
+    extra_fmt = draw(st.sampled_from([None, "v41_fp8", "v41_fp4"])) if v41 and extra else None
+    extra_kv_layout = draw(st.sampled_from(layouts)) if v41 and extra else None
     args = decode_case(b=draw(st.integers(1, 2)), s_q=draw(st.integers(1, 2)),
                        h_q=draw(st.sampled_from([1, 4, 16])), topk=draw(st.integers(1, 9)),
                        fmt=fmt, page_block_size=draw(st.sampled_from([1, 2, 5, 64])),
                        extra=extra, extra_topk=draw(st.integers(1, 5)),
                        extra_page_block_size=draw(st.sampled_from([1, 3])),
+                       kv_layout=kv_layout, extra_fmt=extra_fmt, extra_kv_layout=extra_kv_layout,
                        pad=draw(st.booleans()), seed=draw(st.integers(0, 2**16)))
+    if draw(st.integers(0, 9)) == 0:  # a layout name that is wrong, or one the format lacks
+        key = draw(st.sampled_from(["kv_layout", "extra_kv_layout"] if extra else ["kv_layout"]))
+        args[key] = draw(st.sampled_from(["page_split", "token_interleaved", "interleaved", ""]))
     names = ["q", "kv_cache", "indices", "topk_length", "attn_sink"]
     if extra:
         names += ["extra_kv_cache", "extra_indices", "extra_topk_length"]
@@ -223,14 +233,87 @@ def test_fuzz_decode(call):
         return
     assert d_v == 512
     cache = args["kv_cache"]
-    if cache.shape[0] > 1 and sparse_mla.infer_kv_cache_format(cache) == "v4_fp8":
-        # Accepted v4_fp8 views have the format's block stride, or are packed copies.
-        assert cache.stride(0) in (sparse_mla.kv_cache_block_stride("v4_fp8", cache.shape[1]),
-                                   cache.shape[1] * 584)
+    fmt = sparse_mla.kv_cache_format(sparse_mla.infer_kv_cache_format(cache))
+    layout = fmt.layout(args.get("kv_layout"))
+    if cache.shape[0] > 1 and layout == "page_split":
+        # Accepted page_split views have the format's block stride, or are packed copies.
+        assert cache.stride(0) in (
+            sparse_mla.kv_cache_block_stride(fmt, cache.shape[1], kv_layout=layout),
+            cache.shape[1] * cache.shape[3])
     if cache.stride(0) == cache.shape[1] * cache.shape[3] and cache.shape[0] > 1 \
-            and sparse_mla.infer_kv_cache_format(cache) == "v4_fp8":
+            and layout == "page_split":
         return  # packed copy: read correctly (test_bad_input), the reference reads views only
     want = sparse_decode_reference(**args)
     for name, tol, g, w in zip(("out", "lse"), (DECODE_OUT, DECODE_LSE), got, want):
         check_written(name, outs[name], g)
         assert_close(name, g, w, tol)
+
+
+@st.composite
+def write_calls(draw):
+    """write_kv_cache over a cache of random bytes: every format and layout, rows / slots /
+    cache perturbed, wrong format or layout names now and then."""
+    fmt = draw(st.sampled_from(["v41_fp8", "v41_fp4", "v4_fp8", "v32_fp8", "bf16"]))
+    layout = draw(st.sampled_from([None, "page_split", "token_interleaved"])) \
+        if fmt.startswith("v41") else None
+    d_qk = 576 if fmt == "v32_fp8" else 512
+    pbs, num_blocks, n = draw(st.sampled_from([1, 3, 64])), draw(st.integers(1, 3)), \
+        draw(st.integers(0, 6))
+    gen = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    cache = sparse_mla.empty_kv_cache(num_blocks, pbs, fmt, d_qk=d_qk, kv_layout=layout)
+    storage = cache.as_strided((num_blocks * cache.stride(0),), (1,))
+    storage.copy_(torch.randint(0, 256, storage.shape, generator=gen, dtype=torch.uint8))
+    rows = (torch.randn(n, d_qk, generator=gen) / 10).to(torch.bfloat16)
+    slots = torch.randint(-2, num_blocks * pbs, (n,), generator=gen, dtype=torch.int32)
+    args = dict(rows=rows, slot_mapping=slots, cache=cache, kv_format=fmt, kv_layout=layout)
+    if draw(st.booleans()):
+        args["kv_format"] = None  # inferred from the bytes
+    for name in draw(st.lists(st.sampled_from(["rows", "slot_mapping"]), max_size=2,
+                              unique=True)):
+        args[name] = perturb_tensor(draw, args[name])
+    view = draw(st.sampled_from(["whole"] * 4 + ["page_slice", "clone", "meta", "block_slice"]))
+    if view == "page_slice" and pbs > 1:
+        args["cache"] = cache[:, : pbs // 2]
+    elif view == "clone":
+        args["cache"] = cache.clone()
+    elif view == "meta":
+        args["cache"] = cache.to("meta")
+    elif view == "block_slice" and num_blocks > 1:
+        args["cache"] = cache[1:]
+    if draw(st.integers(0, 9)) == 0:
+        key = draw(st.sampled_from(["kv_format", "kv_layout"]))
+        args[key] = draw(st.sampled_from(["v41_fp4", "v4_fp8", "page_split", "token_interleaved",
+                                          "v5", ""]))
+    return args, fmt, layout
+
+
+@FUZZ
+@given(write_calls())
+def test_fuzz_write_kv_cache(call):
+    """The invariant: an error naming write_kv_cache, or every written slot holds the record
+    quantize_kv_cache makes of its last row and every other token's record is unchanged."""
+    args, fmt, layout = call
+    cache = args["cache"]
+    before = None if cache.device.type == "meta" else token_records(cache, fmt, layout).clone()
+    try:
+        result = sparse_mla.write_kv_cache(**args)
+    except ERRORS as error:
+        check_error(error, "write_kv_cache")
+        return
+    assert result is cache
+    if all_meta_checked(list(args.values())):
+        return
+    assert args["kv_format"] in (None, fmt) and args["kv_layout"] in (None, layout)
+    rows, slots = args["rows"], args["slot_mapping"]
+    num_slots = cache.shape[0] * cache.shape[1]
+    placed = torch.zeros(num_slots, rows.shape[1], dtype=torch.bfloat16)
+    written = torch.zeros(num_slots, dtype=torch.bool)
+    for i, slot in enumerate(slots.tolist()):
+        if slot >= 0:
+            placed[slot] = rows[i]
+            written[slot] = True
+    quantized = sparse_mla.quantize_kv_cache(
+        placed.view(cache.shape[0], cache.shape[1], 1, -1), fmt, kv_layout=layout)
+    after = token_records(cache, fmt, layout)
+    assert torch.equal(after[written], token_records(quantized, fmt, layout)[written])
+    assert torch.equal(after[~written], before[~written])

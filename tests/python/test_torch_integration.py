@@ -52,6 +52,30 @@ def test_opcheck_sparse_decode(fmt, page_block_size, extra, with_workspace):
                           decode_alloc_op_args(args, workspace))
 
 
+@pytest.mark.parametrize("layout,extra_layout", [("page_split", "page_split"),
+                                                 ("token_interleaved", "page_split")])
+def test_opcheck_sparse_decode_v41(layout, extra_layout):
+    """V4.1 caches with the keyword-only layout and extra-format arguments; the page_split
+    caches (61 and 7 tokens per block) are packed by opcheck's clones and restaged."""
+    args = decode_case(fmt="v41_fp8", b=2, s_q=2, h_q=4, topk=16, page_block_size=61,
+                       num_blocks=3, kv_layout=layout, extra=True, extra_fmt="v41_fp4",
+                       extra_page_block_size=7, extra_num_blocks=4, extra_kv_layout=extra_layout,
+                       seed=39)
+    kwargs = dict(kv_layout=layout, extra_kv_format="v41_fp4", extra_kv_layout=extra_layout)
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_decode.default, decode_op_args(args),
+                          kwargs)
+    torch.library.opcheck(torch.ops.sparse_mla.sparse_decode_alloc.default,
+                          decode_alloc_op_args(args), kwargs)
+    op_args = decode_op_args(args)[:9] + (512,)
+    real = torch.ops.sparse_mla.plan_decode.default(*op_args, **kwargs)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode() as mode:
+        fake_args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+                          for a in op_args)
+        assert torch.ops.sparse_mla.plan_decode.default(*fake_args, **kwargs) == real
+
+
 def test_opcheck_sparse_prefill_alloc():
     args = prefill_case(s_q=3, s_kv=40, h_q=4, d_qk=576, topk=16, seed=30)
     torch.library.opcheck(torch.ops.sparse_mla.sparse_prefill_alloc.default,
@@ -69,6 +93,58 @@ def test_opcheck_kv_cache_codec(fmt, d_qk, page_block_size, pad):
     sparse_mla.quantize_kv_cache(rows, fmt, out=cache)
     torch.library.opcheck(torch.ops.sparse_mla.dequantize_kv_cache.default,
                           (cache, None, torch.empty(3, page_block_size, 1, d_qk)))
+
+
+@pytest.mark.parametrize("fmt,layout,page_block_size,pad",
+                         [("v41_fp8", "page_split", 61, False),
+                          ("v41_fp8", "page_split", 64, False),
+                          ("v41_fp4", "page_split", 5, False),
+                          ("v41_fp8", "token_interleaved", 3, True),
+                          ("v41_fp4", "token_interleaved", 7, False)])
+def test_opcheck_v41_codec(fmt, layout, page_block_size, pad):
+    """The V4.1 layouts through opcheck: its clones pack a page_split cache of 61 or 5 tokens
+    per block below the format's stride, and the package reads and writes the packed copy."""
+    rows = (torch.randn(3, page_block_size, 1, 512) / 10).to(torch.bfloat16)
+    info = sparse_mla.kv_cache_format(fmt)
+    stride = sparse_mla.kv_cache_block_stride(fmt, page_block_size, kv_layout=layout)
+    stride += info.alignment(layout) if pad else 0
+    cache = sparse_mla.empty_kv_cache(3, page_block_size, fmt, kv_layout=layout,
+                                      block_stride=stride)
+    layout_kw = {"kv_layout": layout}
+    torch.library.opcheck(torch.ops.sparse_mla.quantize_kv_cache.default, (rows, fmt, cache),
+                          layout_kw)
+    sparse_mla.quantize_kv_cache(rows, fmt, kv_layout=layout, out=cache)
+    torch.library.opcheck(torch.ops.sparse_mla.dequantize_kv_cache.default,
+                          (cache, None, torch.empty(3, page_block_size, 1, 512)), layout_kw)
+    new_rows = (torch.randn(4, 512) / 10).to(torch.bfloat16)
+    slots = torch.tensor([3 * page_block_size - 1, -1, 0, 1], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.sparse_mla.write_kv_cache.default,
+                          (new_rows, slots, cache, fmt, layout))
+
+
+@pytest.mark.parametrize("fmt,d_qk", [("v4_fp8", 512), ("v32_fp8", 576), ("bf16", 512)])
+def test_opcheck_write_kv_cache(fmt, d_qk):
+    cache = sparse_mla.quantize_kv_cache((torch.randn(2, 61, 1, d_qk) / 10).to(torch.bfloat16),
+                                         fmt)
+    rows = (torch.randn(3, d_qk) / 10).to(torch.bfloat16)
+    slots = torch.tensor([100, -7, 5], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.sparse_mla.write_kv_cache.default, (rows, slots, cache))
+
+
+def test_write_kv_cache_compiles():
+    torch._dynamo.reset()
+    cache = sparse_mla.empty_kv_cache(2, 64, "v41_fp8", kv_layout="token_interleaved")
+    rows = (torch.randn(5, 512) / 10).to(torch.bfloat16)
+    slots = torch.tensor([0, 70, -1, 3, 127], dtype=torch.int32)
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def step(rows, slots):
+        sparse_mla.write_kv_cache(rows * 2, slots, cache, "v41_fp8", "token_interleaved")
+
+    step(rows, slots)
+    want = sparse_mla.empty_kv_cache(2, 64, "v41_fp8", kv_layout="token_interleaved")
+    sparse_mla.write_kv_cache(rows * 2, slots, want, "v41_fp8", "token_interleaved")
+    assert torch.equal(cache, want) and cache.any()
 
 
 def test_plan_decode_fake_is_the_real_plan():
@@ -110,6 +186,34 @@ def test_compile_fullgraph(backend):
     compiled = torch.compile(step, fullgraph=True, backend=backend)
     for got, want in zip(compiled(*inputs), step(*inputs)):
         torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
+def test_compile_v41_decode_and_write():
+    """One engine step over V4.1 caches, compiled without graph breaks: write the new tokens,
+    then decode with the layout keywords."""
+    torch._dynamo.reset()
+    d = decode_case(fmt="v41_fp8", b=2, s_q=1, h_q=8, topk=16, page_block_size=64, pad=False,
+                    kv_layout="token_interleaved", extra=True, extra_fmt="v41_fp4",
+                    extra_page_block_size=16, seed=40)
+    rows = (torch.randn(2, 512) / 10).to(torch.bfloat16)
+    slots = torch.tensor([3, -1], dtype=torch.int32)
+    layouts = dict(kv_layout="token_interleaved", extra_kv_format="v41_fp4",
+                   extra_kv_layout="token_interleaved")
+    cache = d["kv_cache"].clone()
+    want_cache = d["kv_cache"].clone()
+
+    def step(q, rows, cache):
+        sparse_mla.write_kv_cache(rows, slots, cache, "v41_fp8", "token_interleaved")
+        return sparse_mla.sparse_decode(q, cache, d["indices"], topk_length=d["topk_length"],
+                                        extra_kv_cache=d["extra_kv_cache"],
+                                        extra_indices=d["extra_indices"],
+                                        extra_topk_length=d["extra_topk_length"], **layouts)
+
+    got = torch.compile(step, fullgraph=True, backend="aot_eager")(d["q"], rows, cache)
+    want = step(d["q"], rows, want_cache)
+    assert torch.equal(cache, want_cache) and not torch.equal(cache, d["kv_cache"])
+    assert not got[0].isnan().any()
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_compile_with_out_buffers_and_plan():
