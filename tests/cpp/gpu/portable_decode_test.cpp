@@ -52,11 +52,50 @@ void expect_traits_match(int d_qk) {
                                  : Traits::kDataRowBytes + Traits::kScaleRowBytes);
 }
 
+// A V4.1 record's device traits (one per format and page layout) against the host table's row.
+template <class Traits>
+void expect_v41_traits_match() {
+  const KvCacheFormatInfo& info = kv_cache_format_info(Traits::kFormat, Traits::kLayout);
+  SCOPED_TRACE(std::string(info.name) + " " + kv_layout_name(Traits::kLayout));
+  ASSERT_EQ(info.format, Traits::kFormat) << "the host table has no such row";
+  EXPECT_EQ(info.layout, Traits::kLayout);
+  EXPECT_EQ(Traits::kDqk, info.d_qk);
+  EXPECT_EQ(Traits::kRecordBytes, info.bytes_per_token);
+  EXPECT_EQ(Traits::kValueEncoding, info.value_encoding);
+  EXPECT_EQ(Traits::kQuantDims, info.quantized_dims);
+  EXPECT_EQ(Traits::kQuantBytes, info.quantized_bytes);
+  EXPECT_EQ(Traits::kTileSize, info.tile_size);
+  EXPECT_EQ(Traits::kNumScales, info.num_scales);
+  EXPECT_EQ(Traits::kScaleEncoding, info.scale_encoding);
+  EXPECT_EQ(Traits::kScaleBytes, info.scale_bytes);
+  EXPECT_EQ(Traits::kDataRowBytes, info.data_row_bytes);
+  EXPECT_EQ(Traits::kScalesInRow, info.layout == KvLayout::kTokenInterleaved);
+  EXPECT_EQ(Traits::kScaleOffset, info.scale_offset_in_row);
+  EXPECT_EQ(Traits::kScaleRowBytes, info.scale_row_bytes);
+  EXPECT_EQ(Traits::kTailOffset, info.tail_offset);
+  EXPECT_EQ(Traits::kQuantDims + Traits::kTailDims, info.d_qk);
+  EXPECT_EQ(Traits::kBlockAlignment, info.block_alignment);
+  EXPECT_EQ(kv_cache_bytes_per_token(Traits::kFormat, 512), Traits::kRecordBytes);
+  // The smallest block stride the kernels' addressing assumes: page_split's data rows then scale
+  // rows, rounded up to the alignment; token_interleaved's records back to back.
+  for (int64_t pbs : {1, 2, 53, 64, 256}) {
+    const int64_t bytes = pbs * Traits::kRecordBytes;
+    const int64_t align = Traits::kBlockAlignment;
+    EXPECT_EQ(kv_cache_min_block_stride(Traits::kFormat, pbs, 512, Traits::kLayout),
+              (bytes + align - 1) / align * align)
+        << "page_block_size " << pbs;
+  }
+}
+
 TEST(PortableDecodeTraits, MatchHostTable) {
   expect_traits_match<cuda::KvTraits<KvCacheFormat::kV32Fp8, 576>>(576);
   expect_traits_match<cuda::KvTraits<KvCacheFormat::kV4Fp8, 512>>(512);
   expect_traits_match<cuda::KvTraits<KvCacheFormat::kBf16, 576>>(576);
   expect_traits_match<cuda::KvTraits<KvCacheFormat::kBf16, 512>>(512);
+  expect_v41_traits_match<cuda::V41Traits<KvCacheFormat::kV41Fp8, KvLayout::kPageSplit>>();
+  expect_v41_traits_match<cuda::V41Traits<KvCacheFormat::kV41Fp8, KvLayout::kTokenInterleaved>>();
+  expect_v41_traits_match<cuda::V41Traits<KvCacheFormat::kV41Fp4, KvLayout::kPageSplit>>();
+  expect_v41_traits_match<cuda::V41Traits<KvCacheFormat::kV41Fp4, KvLayout::kTokenInterleaved>>();
 }
 
 std::string describe(const verify::DecodeRecipe& r) {
