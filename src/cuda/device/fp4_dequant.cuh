@@ -1,0 +1,85 @@
+// e2m1 (FP4) decoding for the decode kernels' shared-memory dequantisation of v41_fp4 rows (SPEC
+// §4): eight codes of one 32-bit word (code i in bits 4i..4i+3: the even-indexed value in the low
+// nibble of its byte) times their tile's e4m3 scale, as eight bf16 for the MMA. Exact: a code value
+// has 2 significant bits and an e4m3 scale 4, so code x scale (6 bits, magnitudes 2^-10 .. 2688)
+// is representable in bf16 and the bf16 product below rounds nothing; the result equals the
+// reference's fp32 product rounded to bf16. A NaN scale (e4m3 0x7f / 0xff) makes the whole tile
+// NaN, as the reference reads it.
+//
+// Cost per 8 values (one 16-B bf16 chunk), from the source: 1 shift, 2 byte permutes look up the
+// bf16 high bytes and 2 the low bytes of the 8 magnitudes (two 8-entry tables in immediates),
+// 4 permutes interleave them into bf16 pairs, 7 shifts and ~8 logic ops place the 8 sign bits,
+// 4 bf16x2 FMAs apply the scale: ~30 instructions, none of them a conversion, against the e4m3
+// path's 4 cvt (fp8x2 -> f16x2), 8 cvt (f16 -> f32), 8 FMUL and 4 packs (24). Per 512-value token:
+// 64 chunks, ~1,900 instructions (e4m3: ~1,540), plus one scale decode per 2 chunks.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+#include "cuda/device/ptx/mma.cuh"
+
+namespace sparse_mla::cuda {
+
+// An e4m3 scale byte -> fp32 (exact: e4m3 -> f16 -> fp32), NaN for 0x7f / 0xff.
+__device__ __forceinline__ float e4m3_scale_to_float(uint32_t byte) {
+  const __half_raw h =
+      __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(byte & 0xffu), __NV_E4M3);
+  return __half2float(__half(h));
+}
+
+// a * b + (-0) on bf16 pairs, rounded to nearest even (sm_80's bf16 multiply; exact here).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+  return d;
+}
+
+// bf16 bit patterns of the e2m1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}:
+//   0x0000 0x3f00 0x3f80 0x3fc0 0x4000 0x4040 0x4080 0x40c0
+// as two 8-entry byte tables (entries 0-3 in the first word, 4-7 in the second).
+inline constexpr uint32_t kE2m1Bf16HighLo = 0x3f3f3f00u;
+inline constexpr uint32_t kE2m1Bf16HighHi = 0x40404040u;
+inline constexpr uint32_t kE2m1Bf16LowLo = 0xc0800000u;
+inline constexpr uint32_t kE2m1Bf16LowHi = 0xc0804000u;
+
+// The bf16 pairs (value 2k in the low half) of the 8 codes in `codes`, unscaled.
+__device__ __forceinline__ uint4 e2m1x8_to_bf16(uint32_t codes) {
+  // __byte_perm reads the low 3 bits of each selector nibble (the magnitude index) and ignores the
+  // sign bit; nibbles 0-3 select codes 0-3, so codes >> 16 selects codes 4-7.
+  const uint32_t high03 = __byte_perm(kE2m1Bf16HighLo, kE2m1Bf16HighHi, codes);
+  const uint32_t high47 = __byte_perm(kE2m1Bf16HighLo, kE2m1Bf16HighHi, codes >> 16);
+  const uint32_t low03 = __byte_perm(kE2m1Bf16LowLo, kE2m1Bf16LowHi, codes);
+  const uint32_t low47 = __byte_perm(kE2m1Bf16LowLo, kE2m1Bf16LowHi, codes >> 16);
+  // pair (2k, 2k+1) = [low 2k, high 2k, low 2k+1, high 2k+1]; the sign of code i is bit 4i + 3.
+  uint4 v;
+  v.x = __byte_perm(low03, high03, 0x5140u) | ((codes << 12) & 0x8000u) |
+        ((codes << 24) & 0x80000000u);
+  v.y = __byte_perm(low03, high03, 0x7362u) | ((codes << 4) & 0x8000u) |
+        ((codes << 16) & 0x80000000u);
+  v.z = __byte_perm(low47, high47, 0x5140u) | ((codes >> 4) & 0x8000u) |
+        ((codes << 8) & 0x80000000u);
+  v.w = __byte_perm(low47, high47, 0x7362u) | ((codes >> 12) & 0x8000u) | (codes & 0x80000000u);
+  return v;
+}
+
+// Eight e2m1 codes times `scale2` (the tile's scale as a bf16 pair, both halves equal).
+__device__ __forceinline__ uint4 dequant_e2m1x8(uint32_t codes, uint32_t scale2) {
+  const uint4 v = e2m1x8_to_bf16(codes);
+  return uint4{bf16x2_mul(v.x, scale2), bf16x2_mul(v.y, scale2), bf16x2_mul(v.z, scale2),
+               bf16x2_mul(v.w, scale2)};
+}
+
+// An e4m3 scale byte as a bf16 pair (exact: 4 significant bits).
+__device__ __forceinline__ uint32_t e4m3_scale_bf16x2(uint32_t byte) {
+  const float s = e4m3_scale_to_float(byte);
+  return ptx::pack_bf16x2(s, s);
+}
+
+}  // namespace sparse_mla::cuda
