@@ -248,8 +248,8 @@ __device__ __forceinline__ void quantize_token(const CacheBytes& c, int64_t slot
 
 // Where the writer's token i comes from and goes to.
 struct WriteRows {
-  const uint16_t* rows;  // write_kv_cache: rows [n, d_qk]; quantize_kv_cache: kv_bf16
-  int64_t row_stride;    // elements between rows (write_kv_cache)
+  const uint16_t* rows;         // write_kv_cache: rows [n, d_qk]; quantize_kv_cache: kv_bf16
+  int64_t row_stride;           // elements between rows (write_kv_cache)
   const int32_t* slot_mapping;  // [n] (write_kv_cache), nullptr: token i is slot i
   int64_t slot_stride;          // elements between slot_mapping entries
   int64_t block_stride_elems;   // quantize_kv_cache: kv_bf16.strides[0], strides[1]
@@ -258,8 +258,8 @@ struct WriteRows {
 };
 
 template <KvCacheFormat kFormat>
-__global__ void __launch_bounds__(kThreads) write_tokens_kernel(const CacheBytes c,
-                                                                const WriteRows w) {
+__global__ void __launch_bounds__(kThreads)
+    write_tokens_kernel(const CacheBytes c, const WriteRows w) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerCta;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kWarpsPerCta + threadIdx.x / 32; i < w.n;
@@ -290,11 +290,13 @@ struct ReadRows {
 };
 
 // A product whose result is NaN is written as the canonical quiet NaN.
-__device__ __forceinline__ float canonical(float x) { return is_nan(x) ? bits_float(0x7fc00000u) : x; }
+__device__ __forceinline__ float canonical(float x) {
+  return is_nan(x) ? bits_float(0x7fc00000u) : x;
+}
 
 template <KvCacheFormat kFormat>
-__global__ void __launch_bounds__(kThreads) read_tokens_kernel(const CacheBytes c,
-                                                               const ReadRows r) {
+__global__ void __launch_bounds__(kThreads)
+    read_tokens_kernel(const CacheBytes c, const ReadRows r) {
   using Q = Quantized<kFormat>;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerCta;

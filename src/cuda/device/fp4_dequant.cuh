@@ -63,8 +63,8 @@ __device__ __forceinline__ uint4 e2m1x8_to_bf16(uint32_t codes) {
         ((codes << 24) & 0x80000000u);
   v.y = __byte_perm(low03, high03, 0x7362u) | ((codes << 4) & 0x8000u) |
         ((codes << 16) & 0x80000000u);
-  v.z = __byte_perm(low47, high47, 0x5140u) | ((codes >> 4) & 0x8000u) |
-        ((codes << 8) & 0x80000000u);
+  v.z =
+      __byte_perm(low47, high47, 0x5140u) | ((codes >> 4) & 0x8000u) | ((codes << 8) & 0x80000000u);
   v.w = __byte_perm(low47, high47, 0x7362u) | ((codes >> 12) & 0x8000u) | (codes & 0x80000000u);
   return v;
 }
