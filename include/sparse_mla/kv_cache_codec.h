@@ -4,8 +4,12 @@
 // The quantizers are the reference rules of SPEC §4:
 //   FP8 (v32_fp8, v4_fp8, v41_fp8): per tile s = max(amax/448, 1e-4) rounded up to a power of two,
 //     q = e4m3(x / s) with round-to-nearest-even;
-//   FP4 (v41_fp4): per 16 values s = e4m3(clamp(amax/6, 2^-9, 448)), code = e2m1(x / s) rounded to
-//     nearest even and saturated; a NaN in a tile makes its scale NaN, NaN codes are stored as 0.
+//   FP4 (v41_fp4): per 16 values s = e4m3(clamp(amax/6, 2^-9, 448)) (amax/6 an fp32 division, the
+//     e4m3 conversion round-to-nearest-even), code = e2m1(x / s) with x / s the fp32 division by
+//     s's fp32 value, rounded to nearest even and saturated to +-6 (PTX
+//     cvt.rn.satfinite.e2m1x2.f32); a NaN in a tile makes its scale NaN (e4m3 0x7f), NaN codes
+//     are stored as 0; value 2i in the low nibble of byte i.
+// Padding bytes (scale-row padding, block tails) are written 0 by quantize_kv_cache.
 // Dequantization applies any finite fp32 scale exactly, in fp32.
 //
 //   kv_bf16  [num_blocks, page_block_size, 1, d_qk]  bf16 (any strides, last dim contiguous)
@@ -36,14 +40,17 @@ Status dequantize_kv_cache(const KvCacheView& cache, const TensorView& kv_out,
 //   slot_mapping  [n] int32, physical slot = block * page_block_size + offset; a slot < 0 is
 //                 skipped (padding tokens), a slot >= num_slots is an error on the host and skipped
 //                 on the device (the kernel cannot report it without a synchronisation)
-//   cache         any format and layout; each written token's record (data, scales, tail) is
-//                 quantized exactly as quantize_kv_cache would, other tokens are not touched
-// No allocation; on CUDA one kernel on options.stream.
+//   cache         any format and layout; each written token's record (data, scales, scale-row
+//                 padding, tail) is the bytes quantize_kv_cache would write for that token;
+//                 other tokens' bytes and block tails are not touched
+// On the host every slot is checked before anything is written, and a slot mapped by several
+// rows gets the last of them (on a device: one of them). All tensors on the cache's device.
+// On CUDA one kernel on options.stream, no allocation.
 Status write_kv_cache(const TensorView& rows, const TensorView& slot_mapping,
                       const KvCacheView& cache, const RunOptions& options = {});
 
-// Decodes one token (physical slot) into `row` (d_qk floats). No bounds checks beyond a debug
-// assert: callers validate slots first.
+// Decodes one token (physical slot) of a host cache into `row` (d_qk floats). No bounds checks
+// beyond a debug assert: callers validate slots first.
 void dequantize_kv_token(const KvCacheView& cache, int64_t slot, float* row);
 
 // Scalar conversions, exposed for tests and tools.
@@ -59,10 +66,12 @@ uint16_t float_to_bf16(float x);  // round to nearest even
 
 namespace sparse_mla {
 
-// Writes one token from parts an engine's cache writer already has (no rounding of scales):
+// Writes one token of a host cache from parts an engine's cache writer already has (no rounding
+// of scales):
 //   e4m3   [quantized_bytes] bytes (e4m3 codes, or v41_fp4's packed e2m1 pairs);
 //   scales [num_scales] fp32 (v32_fp8) or one byte each (ue8m0: v4_fp8, v41_fp8; e4m3: v41_fp4);
-//   rope   [64] bf16 bits (nullptr for the V4.1 records, which have no bf16 tail). For the bf16
+//   rope   [64] bf16 bits (must be nullptr for the V4.1 records, which have no bf16 tail). For the
+//   bf16
 //   format pass e4m3 = scales = nullptr and the whole row in `rope` as d_qk bf16 values.
 Status pack_kv_token(const KvCacheView& cache, int64_t slot, const uint8_t* e4m3,
                      const void* scales, const uint16_t* rope);

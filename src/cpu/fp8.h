@@ -1,8 +1,10 @@
-// Inline scalar number formats for host hot loops (e4m3fn, ue8m0, bf16) and the KV-cache token
-// reader the CPU back end and the reference call for every gathered row.
+// Inline scalar number formats for host hot loops (e4m3fn, e2m1, ue8m0, bf16), the quantizer's
+// tile-scale rules, and the KV-cache token reader the CPU back end and the reference call for
+// every gathered row.
 // The reader resolves a format's traits row (kv_cache_format.h) once, in its constructor, into
-// byte strides; reading a token is then the same code for every format: decode the scales, run
-// e4m3 -> fp32 through a 256-entry table times the tile's fp32 scale, copy the bf16 tail.
+// byte strides; reading a token is then the same code for every format: decode the scales (fp32,
+// ue8m0 or e4m3), run each e4m3 byte (or each e2m1 nibble) through a table times the tile's fp32
+// scale, copy the bf16 tail.
 #pragma once
 
 #include <array>
@@ -12,6 +14,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/e2m1.h"
 #include "core/params.h"
 #include "core/ue8m0.h"
 #include "sparse_mla/kv_cache_format.h"
@@ -67,6 +70,22 @@ inline uint8_t float_to_e4m3_inline(float x) {
   return sign | static_cast<uint8_t>(rounded >> 20);
 }
 
+// e2m1 (v41_fp4): the value of a 4-bit code (core/e2m1.h), and the code of an fp32 value (round to
+// nearest even, saturating to +-6, NaN -> 0, sign kept otherwise).
+constexpr float e2m1_to_float_inline(uint8_t code) {
+  return std::bit_cast<float>(::sparse_mla::detail::e2m1_fp32_bits(code));
+}
+inline uint8_t float_to_e2m1_inline(float x) {
+  return ::sparse_mla::detail::e2m1_code_of_fp32_bits(std::bit_cast<uint32_t>(x));
+}
+
+// [16] fp32: the value of every e2m1 code.
+inline constexpr std::array<float, 16> kE2m1ToFloat = [] {
+  std::array<float, 16> table{};
+  for (int i = 0; i < 16; ++i) table[i] = e2m1_to_float_inline(static_cast<uint8_t>(i));
+  return table;
+}();
+
 // ue8m0: 2^(byte - 127), 0 -> 2^-127, 0xff -> NaN; the bit rule (core/ue8m0.h) is the CUDA
 // kernels' too.
 inline float ue8m0_to_float_inline(uint8_t bits) {
@@ -106,6 +125,19 @@ inline float quantizer_tile_scale(float amax) {
   return std::ldexp(1.0f, mantissa == 0.5f ? exponent - 1 : exponent);
 }
 
+inline constexpr float kE2m1Max = 6.0f;
+inline constexpr float kFp4MinScale = 0x1p-9f;  // the smallest e4m3 (subnormal) value
+
+// The v41_fp4 quantizer's tile scale byte: e4m3(clamp(amax / 6, 2^-9, 448)), the division in
+// fp32 and the e4m3 conversion round-to-nearest-even, so the byte is a finite, non-zero e4m3
+// (amax = 0 gives 2^-9, code 0x01; amax = +inf gives 448, code 0x7e). A tile holding NaN gets
+// the e4m3 NaN 0x7f (`has_nan`; amax itself is taken with fmax, which skips NaN).
+inline uint8_t fp4_tile_scale_byte(float amax, bool has_nan) {
+  if (has_nan || std::isnan(amax)) return 0x7f;
+  const float raw = amax / kE2m1Max;
+  return float_to_e4m3_inline(raw < kFp4MinScale ? kFp4MinScale : raw > kE4m3Max ? kE4m3Max : raw);
+}
+
 // ---- token addressing and reading ----------------------------------------------------------
 
 // Where one token's bytes lie, for any format of the traits table: all layouts reduce to
@@ -122,11 +154,13 @@ struct KvTokenLayout {
   int64_t scale_offset = 0;
   int64_t tail_offset = 0;
   int d_qk = 0;
+  ValueEncoding value_encoding = ValueEncoding::kNone;
   int quantized_dims = 0;
+  int quantized_bytes = 0;  // bytes of the quantized values: quantized_dims (e4m3), half (e2m1)
   int tile_size = 0;
   int num_scales = 0;
   int tail_dims = 0;        // d_qk - quantized_dims
-  int scale_bytes = 0;      // bytes of one scale: 4 (fp32), 1 (ue8m0), 0 (none)
+  int scale_bytes = 0;      // bytes of one scale: 4 (fp32), 1 (ue8m0, e4m3), 0 (none)
   int scale_row_bytes = 0;  // bytes reserved per token for scales (padding included)
   ScaleEncoding scale_encoding = ScaleEncoding::kNone;
 
@@ -136,7 +170,9 @@ struct KvTokenLayout {
     page_block_size = pbs;
     block_stride = stride;
     d_qk = dims;
+    value_encoding = info.value_encoding;
     quantized_dims = info.quantized_dims;
+    quantized_bytes = info.quantized_bytes;
     tile_size = info.tile_size;
     num_scales = info.num_scales;
     tail_dims = d_qk - quantized_dims;
@@ -179,15 +215,25 @@ class KvTokenReader {
   int d_qk() const { return layout_.d_qk; }
   const KvTokenLayout& layout() const { return layout_; }
 
-  // row: [d_qk] fp32. Quantized dims are e4m3 * scale in fp32; the tail is bf16 widened.
+  // row: [d_qk] fp32. Quantized dims are code value * scale in fp32 (e4m3 bytes, or e2m1
+  // nibbles with value 2i in the low nibble of byte i); the tail is bf16 widened.
   void read(int64_t slot, float* row) const {
     const uint8_t* data = data_ + layout_.data_offset(slot);
     const uint8_t* scales = data_ + layout_.scale_byte_offset(slot);
+    const bool fp4 = layout_.value_encoding == ValueEncoding::kE2m1;
     for (int tile = 0; tile < layout_.num_scales; ++tile) {
-      const uint8_t* q = data + tile * layout_.tile_size;
       float* out = row + tile * layout_.tile_size;
       const float s = scale(scales, tile);
-      for (int i = 0; i < layout_.tile_size; ++i) out[i] = kE4m3ToFloat[q[i]] * s;
+      if (fp4) {
+        const uint8_t* q = data + tile * layout_.tile_size / 2;
+        for (int i = 0; i < layout_.tile_size / 2; ++i) {
+          out[2 * i] = kE2m1ToFloat[q[i] & 0xf] * s;
+          out[2 * i + 1] = kE2m1ToFloat[q[i] >> 4] * s;
+        }
+      } else {
+        const uint8_t* q = data + tile * layout_.tile_size;
+        for (int i = 0; i < layout_.tile_size; ++i) out[i] = kE4m3ToFloat[q[i]] * s;
+      }
     }
     const uint8_t* tail = data + layout_.tail_offset;
     float* out = row + layout_.quantized_dims;
@@ -199,13 +245,14 @@ class KvTokenReader {
   }
 
  private:
-  // Scale `tile` of a token whose scales start at p (fp32 possibly unaligned, or ue8m0).
+  // Scale `tile` of a token whose scales start at p (fp32 possibly unaligned, ue8m0 or e4m3).
   float scale(const uint8_t* p, int tile) const {
     if (layout_.scale_encoding == ScaleEncoding::kFloat32) {
       float s;
       std::memcpy(&s, p + 4 * tile, 4);
       return s;
     }
+    if (layout_.scale_encoding == ScaleEncoding::kE4m3) return kE4m3ToFloat[p[tile]];
     return ue8m0_to_float_inline(p[tile]);
   }
 

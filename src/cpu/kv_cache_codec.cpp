@@ -1,86 +1,38 @@
-// Host KV-cache codec (kv_cache_codec.h): FlashMLA's reference quantizer, the dequantizer, the
-// single-token packer and the scalar conversions. All byte addressing goes through
-// cpu::KvTokenLayout (fp8.h), so every format of the traits table is handled by the same code.
-#include "sparse_mla/kv_cache_codec.h"
+// Host KV-cache codec (cpu/kv_cache_codec.h, kv_cache_codec.h's rules): the reference quantizers
+// (FP8: FlashMLA's; FP4: DeepSeek V4.1's), the dequantizer, the cache writer, the single-token
+// packer and the scalar conversions. All byte addressing goes through cpu::KvTokenLayout (fp8.h),
+// so every (format, layout) row of the traits table is handled by the same code.
+#include "cpu/kv_cache_codec.h"
 
+#include <algorithm>
+#include <array>
 #include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/kv_cache_layout.h"
-#include "core/validate.h"
 #include "cpu/fp8.h"
-#include "cpu/kv_cache_codec_checks.h"
+#include "cpu/parallel_for.h"
+#include "sparse_mla/kv_cache_codec.h"
 
 namespace sparse_mla {
 namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-// Checks a host cache view: in host memory, then the layout rules shared with sparse_decode
-// (core/kv_cache_layout.h; an empty cache, num_blocks 0, is allowed here).
-Status validate_cache(const char* fn, const KvCacheView& cache) {
-  const std::string prefix = std::string(fn) + ": cache.";
-  if (cache.data == nullptr) return invalid_argument(prefix + "data is null");
-  if (cache.device.is_cuda()) {
-    return invalid_argument(prefix + "device = " + to_string(cache.device) +
-                            "; the host codec needs a cpu cache");
-  }
-  if (std::string e = detail::kv_cache_layout_error(cache, std::string(fn) + ": cache", 0);
-      !e.empty()) {
-    return invalid_argument(e);
-  }
-  return {};
-}
+// The largest token parts of any format: 512 quantized bytes, 32 scale bytes (v41_fp4; v32_fp8
+// has 4 x 4).
+constexpr int kMaxQuantizedBytes = 512;
+constexpr int kMaxScaleBytes = 32;
+constexpr int kMaxRowDims = 576;  // the largest d_qk of any format
 
-// Checks a bf16/fp32 tensor that mirrors the cache: [num_blocks, page_block_size, 1, d_qk].
-Status validate_rows(const char* fn, const char* arg, const TensorView& t, const KvCacheView& cache,
-                     bool allow_fp32) {
-  const std::string prefix = std::string(fn) + ": " + arg;
-  if (t.data == nullptr && t.numel() != 0) return invalid_argument(prefix + ".data is null");
-  if (t.device.is_cuda()) {
-    return invalid_argument(prefix + ".device = " + to_string(t.device) +
-                            "; the host codec needs a cpu tensor");
-  }
-  if (t.dtype != DType::kBFloat16 && !(allow_fp32 && t.dtype == DType::kFloat32)) {
-    return invalid_argument(prefix + ".dtype = " + dtype_name(t.dtype) + " must be bf16" +
-                            (allow_fp32 ? " or fp32" : ""));
-  }
-  if (t.rank != 4) {
-    return invalid_argument(prefix + " is " + describe(t) +
-                            "; expected rank 4 [num_blocks, page_block_size, 1, d_qk]");
-  }
-  const int64_t expected[4] = {cache.num_blocks, cache.page_block_size, 1, cache.d_qk};
-  const char* names[4] = {"num_blocks", "page_block_size", "h_kv", "d_qk"};
-  for (int d = 0; d < 4; ++d) {
-    if (t.sizes[d] != expected[d]) {
-      return invalid_argument(prefix + ".sizes[" + str(d) + "] (" + names[d] + ") = " +
-                              str(t.sizes[d]) + " does not match the cache's " + str(expected[d]));
-    }
-  }
-  if (t.strides[3] != 1) {
-    return invalid_argument(prefix + ".strides[3] = " + str(t.strides[3]) +
-                            " must be 1 (last dim contiguous)");
-  }
-  for (int d = 0; d < 3; ++d) {
-    if (t.strides[d] < 0) {
-      return invalid_argument(prefix + ".strides[" + str(d) + "] = " + str(t.strides[d]) +
-                              " is negative");
-    }
-  }
-  const size_t element = dtype_size(t.dtype);
-  if (!detail::offsets_fit_int64(t, element)) {
-    return invalid_argument(prefix + " (" + describe(t) +
-                            ") spans more than 2^63 bytes: its strides overflow 64-bit offsets");
-  }
-  if (reinterpret_cast<uintptr_t>(t.data) % element != 0) {
-    return invalid_argument(prefix + ".data is not aligned to its element size " + str(element));
-  }
-  return {};
-}
+// Values quantized per task before another thread pays off (~0.1 ms of work).
+constexpr int64_t kValuesPerTask = 1 << 16;
 
 detail::KvCacheParams to_params(const KvCacheView& cache) {
   detail::KvCacheParams p;
@@ -94,13 +46,20 @@ detail::KvCacheParams to_params(const KvCacheView& cache) {
   return p;
 }
 
-// Writes one token's parts at `slot`: e4m3 [quantized_dims], raw scale bytes
+cpu::KvTokenLayout layout_of(const KvCacheView& cache) {
+  return cpu::KvTokenLayout(cache.format, resolve_kv_layout(cache.format, cache.layout),
+                            cache.page_block_size, cache.block_stride_bytes, cache.d_qk);
+}
+
+// Writes one token's parts at `slot`: quantized bytes [quantized_bytes], raw scale bytes
 // [num_scales * scale_bytes], tail [tail_dims] bf16 bits. Zeroes the scale row's padding.
-void write_token(const cpu::KvTokenLayout& layout, uint8_t* base, int64_t slot, const uint8_t* e4m3,
-                 const uint8_t* scale_bytes, const uint16_t* tail) {
+void write_token(const cpu::KvTokenLayout& layout, uint8_t* base, int64_t slot,
+                 const uint8_t* values, const uint8_t* scale_bytes, const uint16_t* tail) {
   uint8_t* data = base + layout.data_offset(slot);
-  if (layout.quantized_dims > 0) std::memcpy(data, e4m3, layout.quantized_dims);
-  std::memcpy(data + layout.tail_offset, tail, sizeof(uint16_t) * layout.tail_dims);
+  if (layout.quantized_bytes > 0) std::memcpy(data, values, layout.quantized_bytes);
+  if (layout.tail_dims > 0) {
+    std::memcpy(data + layout.tail_offset, tail, sizeof(uint16_t) * layout.tail_dims);
+  }
   if (layout.num_scales > 0) {
     uint8_t* scales = base + layout.scale_byte_offset(slot);
     const int used = layout.num_scales * layout.scale_bytes;
@@ -109,23 +68,45 @@ void write_token(const cpu::KvTokenLayout& layout, uint8_t* base, int64_t slot, 
   }
 }
 
-// Quantizes one row (bf16 bits [d_qk]) with the reference quantizer into its parts.
-void quantize_row(const cpu::KvTokenLayout& layout, const uint16_t* row, uint8_t* e4m3,
+// The amax of a tile of bf16 values and whether one of them is NaN (fmax skips NaN).
+std::pair<float, bool> tile_amax(const uint16_t* x, int n) {
+  float amax = 0.0f;
+  bool has_nan = false;
+  for (int i = 0; i < n; ++i) {
+    const float a = std::fabs(cpu::bf16_to_float_inline(x[i]));
+    has_nan |= std::isnan(a);
+    amax = std::fmax(amax, a);
+  }
+  return {amax, has_nan};
+}
+
+// Quantizes one row (bf16 bits [d_qk]) into its parts with the reference quantizer of its
+// format: FP8 tiles (e4m3 values, fp32 or ue8m0 power-of-two scales) or FP4 tiles (e2m1 pairs,
+// e4m3 scales).
+void quantize_row(const cpu::KvTokenLayout& layout, const uint16_t* row, uint8_t* values,
                   uint8_t* scale_bytes) {
+  const int n = layout.tile_size;
   for (int tile = 0; tile < layout.num_scales; ++tile) {
-    const uint16_t* x = row + tile * layout.tile_size;
-    float amax = 0.0f;
-    bool has_nan = false;
-    for (int i = 0; i < layout.tile_size; ++i) {
-      const float a = std::fabs(cpu::bf16_to_float_inline(x[i]));
-      has_nan |= std::isnan(a);
-      amax = std::fmax(amax, a);
+    const uint16_t* x = row + tile * n;
+    const auto [amax, has_nan] = tile_amax(x, n);
+    if (layout.value_encoding == ValueEncoding::kE2m1) {
+      // scale = e4m3(clamp(amax / 6, 2^-9, 448)); code = e2m1(x / scale), the quotient an fp32
+      // division by the scale's fp32 value, rounded to nearest even and saturated; NaN -> 0.
+      const uint8_t scale_code = cpu::fp4_tile_scale_byte(amax, has_nan);
+      const float s = cpu::e4m3_to_float_inline(scale_code);
+      uint8_t* packed = values + tile * n / 2;
+      for (int i = 0; i < n; i += 2) {
+        const uint8_t lo = cpu::float_to_e2m1_inline(cpu::bf16_to_float_inline(x[i]) / s);
+        const uint8_t hi = cpu::float_to_e2m1_inline(cpu::bf16_to_float_inline(x[i + 1]) / s);
+        packed[i / 2] = static_cast<uint8_t>(lo | (hi << 4));
+      }
+      scale_bytes[tile] = scale_code;
+      continue;
     }
     const float s =
         cpu::quantizer_tile_scale(has_nan ? std::numeric_limits<float>::quiet_NaN() : amax);
-    for (int i = 0; i < layout.tile_size; ++i) {
-      e4m3[tile * layout.tile_size + i] =
-          cpu::float_to_e4m3_inline(cpu::bf16_to_float_inline(x[i]) / s);
+    for (int i = 0; i < n; ++i) {
+      values[tile * n + i] = cpu::float_to_e4m3_inline(cpu::bf16_to_float_inline(x[i]) / s);
     }
     if (layout.scale_encoding == ScaleEncoding::kFloat32) {
       std::memcpy(scale_bytes + 4 * tile, &s, 4);
@@ -135,67 +116,127 @@ void quantize_row(const cpu::KvTokenLayout& layout, const uint16_t* row, uint8_t
   }
 }
 
+// Quantizes `row` and stores it as the record of `slot`.
+void quantize_token(const cpu::KvTokenLayout& layout, uint8_t* base, int64_t slot,
+                    const uint16_t* row) {
+  std::array<uint8_t, kMaxQuantizedBytes> values;
+  std::array<uint8_t, kMaxScaleBytes> scale_bytes;
+  quantize_row(layout, row, values.data(), scale_bytes.data());
+  write_token(layout, base, slot, values.data(), scale_bytes.data(), row + layout.quantized_dims);
+}
+
 const uint16_t* row_ptr(const TensorView& t, int64_t block, int64_t token) {
   return t.data_as<const uint16_t>() + block * t.strides[0] + token * t.strides[1];
+}
+
+// Tasks of whole blocks, each about kValuesPerTask values.
+int64_t blocks_per_task(const KvCacheView& cache) {
+  return std::max<int64_t>(
+      1, kValuesPerTask / std::max<int64_t>(1, cache.page_block_size * cache.d_qk));
+}
+
+// Runs fn(first_block, end_block) over the cache's blocks on up to `num_threads` threads.
+template <typename Fn>
+void for_block_ranges(const KvCacheView& cache, int num_threads, Fn&& fn) {
+  const int64_t per_task = blocks_per_task(cache);
+  const int64_t tasks = (cache.num_blocks + per_task - 1) / per_task;
+  cpu::parallel_for(tasks, cpu::worker_count(tasks, num_threads), [&](int64_t task, int) {
+    fn(task * per_task, std::min(cache.num_blocks, (task + 1) * per_task));
+  });
 }
 
 }  // namespace
 
 namespace cpu {
 
-Status check_quantize_args(const TensorView& kv_bf16, const KvCacheView& cache) {
-  SMLA_RETURN_IF_ERROR(validate_cache("quantize_kv_cache", cache));
-  return validate_rows("quantize_kv_cache", "kv_bf16", kv_bf16, cache, false);
+Status quantize_kv_cache_host(const TensorView& kv_bf16, const KvCacheView& cache,
+                              int num_threads) {
+  const KvTokenLayout layout = layout_of(cache);
+  // The codec writes through the view: the header asks for writable memory.
+  uint8_t* base = static_cast<uint8_t*>(const_cast<void*>(cache.data));
+  for_block_ranges(cache, num_threads, [&](int64_t first, int64_t end) {
+    for (int64_t block = first; block < end; ++block) {
+      // Padding (block tail, scale-row padding, spare rows) ends up zero.
+      std::memset(base + block * cache.block_stride_bytes, 0, cache.block_stride_bytes);
+      for (int64_t t = 0; t < cache.page_block_size; ++t) {
+        quantize_token(layout, base, block * cache.page_block_size + t, row_ptr(kv_bf16, block, t));
+      }
+    }
+  });
+  return {};
 }
 
-Status check_dequantize_args(const KvCacheView& cache, const TensorView& kv_out) {
-  SMLA_RETURN_IF_ERROR(validate_cache("dequantize_kv_cache", cache));
-  return validate_rows("dequantize_kv_cache", "kv_out", kv_out, cache, true);
+Status dequantize_kv_cache_host(const KvCacheView& cache, const TensorView& kv_out,
+                                int num_threads) {
+  const KvTokenReader reader(to_params(cache));
+  for_block_ranges(cache, num_threads, [&](int64_t first, int64_t end) {
+    float row[kMaxRowDims];
+    for (int64_t block = first; block < end; ++block) {
+      for (int64_t t = 0; t < cache.page_block_size; ++t) {
+        reader.read(block * cache.page_block_size + t, row);
+        const int64_t offset = block * kv_out.strides[0] + t * kv_out.strides[1];
+        if (kv_out.dtype == DType::kFloat32) {
+          std::memcpy(kv_out.data_as<float>() + offset, row, sizeof(float) * cache.d_qk);
+        } else {
+          uint16_t* out = kv_out.data_as<uint16_t>() + offset;
+          for (int i = 0; i < cache.d_qk; ++i) out[i] = float_to_bf16_inline(row[i]);
+        }
+      }
+    }
+  });
+  return {};
+}
+
+Status write_kv_cache_host(const TensorView& rows, const TensorView& slot_mapping,
+                           const KvCacheView& cache, int num_threads) {
+  const int64_t n = rows.sizes[0];
+  const int32_t* slots = slot_mapping.data_as<const int32_t>();
+  const int64_t slot_stride = slot_mapping.strides[0];
+  const int64_t num_slots = cache.num_slots();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t slot = slots[i * slot_stride];
+    if (slot >= num_slots) {
+      return invalid_argument("write_kv_cache: slot_mapping[" + str(i) + "] = " + str(slot) +
+                              " is out of range for a cache of " + str(num_slots) +
+                              " slots (a slot < 0 is skipped; valid slots are [0, " +
+                              str(num_slots) + "))");
+    }
+  }
+  // The rows to write, one per distinct slot: the last row mapped to it. Sorted by slot, rows
+  // of one slot latest first, so that std::unique keeps that row and no two threads write one
+  // record.
+  std::vector<std::pair<int32_t, int64_t>> order;
+  try {
+    order.reserve(n);
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kDeviceError,
+            "write_kv_cache: out of host memory for " + str(n) + " slot entries"};
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t slot = slots[i * slot_stride];
+    if (slot >= 0) order.emplace_back(slot, i);
+  }
+  std::sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second > b.second;
+  });
+  order.erase(std::unique(order.begin(), order.end(),
+                          [](const auto& a, const auto& b) { return a.first == b.first; }),
+              order.end());
+  const KvTokenLayout layout = layout_of(cache);
+  uint8_t* base = static_cast<uint8_t*>(const_cast<void*>(cache.data));
+  const int64_t count = static_cast<int64_t>(order.size());
+  const int64_t per_task = std::max<int64_t>(1, kValuesPerTask / cache.d_qk);
+  const int64_t tasks = (count + per_task - 1) / per_task;
+  cpu::parallel_for(tasks, cpu::worker_count(tasks, num_threads), [&](int64_t task, int) {
+    for (int64_t k = task * per_task; k < std::min(count, (task + 1) * per_task); ++k) {
+      const auto [slot, i] = order[k];
+      quantize_token(layout, base, slot, rows.data_as<const uint16_t>() + i * rows.strides[0]);
+    }
+  });
+  return {};
 }
 
 }  // namespace cpu
-
-Status quantize_kv_cache(const TensorView& kv_bf16, const KvCacheView& cache,
-                         const RunOptions& /*options*/) {
-  SMLA_RETURN_IF_ERROR(cpu::check_quantize_args(kv_bf16, cache));
-  const cpu::KvTokenLayout layout(cache.format, cache.layout, cache.page_block_size,
-                                  cache.block_stride_bytes, cache.d_qk);
-  // The codec writes through the view: the header asks for writable host memory.
-  uint8_t* base = static_cast<uint8_t*>(const_cast<void*>(cache.data));
-  std::vector<uint8_t> e4m3(layout.quantized_dims);
-  std::vector<uint8_t> scale_bytes(layout.num_scales * layout.scale_bytes);
-  for (int64_t block = 0; block < cache.num_blocks; ++block) {
-    // Padding (block tail, scale-row padding, spare rows) ends up zero.
-    std::memset(base + block * cache.block_stride_bytes, 0, cache.block_stride_bytes);
-    for (int64_t t = 0; t < cache.page_block_size; ++t) {
-      const uint16_t* row = row_ptr(kv_bf16, block, t);
-      quantize_row(layout, row, e4m3.data(), scale_bytes.data());
-      write_token(layout, base, block * cache.page_block_size + t, e4m3.data(), scale_bytes.data(),
-                  row + layout.quantized_dims);
-    }
-  }
-  return {};
-}
-
-Status dequantize_kv_cache(const KvCacheView& cache, const TensorView& kv_out,
-                           const RunOptions& /*options*/) {
-  SMLA_RETURN_IF_ERROR(cpu::check_dequantize_args(cache, kv_out));
-  const cpu::KvTokenReader reader(to_params(cache));
-  std::vector<float> row(cache.d_qk);
-  for (int64_t block = 0; block < cache.num_blocks; ++block) {
-    for (int64_t t = 0; t < cache.page_block_size; ++t) {
-      reader.read(block * cache.page_block_size + t, row.data());
-      const int64_t offset = block * kv_out.strides[0] + t * kv_out.strides[1];
-      if (kv_out.dtype == DType::kFloat32) {
-        std::memcpy(kv_out.data_as<float>() + offset, row.data(), sizeof(float) * cache.d_qk);
-      } else {
-        uint16_t* out = kv_out.data_as<uint16_t>() + offset;
-        for (int i = 0; i < cache.d_qk; ++i) out[i] = cpu::float_to_bf16_inline(row[i]);
-      }
-    }
-  }
-  return {};
-}
 
 void dequantize_kv_token(const KvCacheView& cache, int64_t slot, float* row) {
   assert(slot >= 0 && slot < cache.num_slots());
@@ -204,18 +245,33 @@ void dequantize_kv_token(const KvCacheView& cache, int64_t slot, float* row) {
 
 Status pack_kv_token(const KvCacheView& cache, int64_t slot, const uint8_t* e4m3,
                      const void* scales, const uint16_t* rope) {
-  SMLA_RETURN_IF_ERROR(validate_cache("pack_kv_token", cache));
+  if (cache.data == nullptr) return invalid_argument("pack_kv_token: cache.data is null");
+  if (cache.device.type != DeviceType::kCpu) {
+    return invalid_argument("pack_kv_token: cache.device = " + to_string(cache.device) +
+                            "; the token packer writes host caches (use write_kv_cache on a "
+                            "device)");
+  }
+  if (std::string e = detail::kv_cache_layout_error(cache, "pack_kv_token: cache", 0); !e.empty()) {
+    return invalid_argument(e);
+  }
   if (slot < 0 || slot >= cache.num_slots()) {
     return invalid_argument("pack_kv_token: slot = " + str(slot) + " is out of range [0, " +
                             str(cache.num_slots()) + ")");
   }
-  const cpu::KvTokenLayout layout(cache.format, cache.layout, cache.page_block_size,
-                                  cache.block_stride_bytes, cache.d_qk);
+  const cpu::KvTokenLayout layout = layout_of(cache);
   const std::string fmt(kv_cache_format_name(cache.format));
-  if (rope == nullptr) return invalid_argument("pack_kv_token: rope is null");
+  if (layout.tail_dims > 0 && rope == nullptr) {
+    return invalid_argument("pack_kv_token: rope is null (format " + fmt + " has " +
+                            str(layout.tail_dims) + " bf16 values after the quantized ones)");
+  }
+  if (layout.tail_dims == 0 && rope != nullptr) {
+    return invalid_argument("pack_kv_token: rope must be null for format " + fmt +
+                            " (every dim is quantized)");
+  }
   if (layout.quantized_dims > 0) {
-    if (e4m3 == nullptr)
+    if (e4m3 == nullptr) {
       return invalid_argument("pack_kv_token: e4m3 is null (format " + fmt + ")");
+    }
     if (scales == nullptr) {
       return invalid_argument("pack_kv_token: scales is null (format " + fmt + ")");
     }
@@ -233,5 +289,7 @@ uint8_t float_to_e4m3(float x) { return cpu::float_to_e4m3_inline(x); }
 float ue8m0_to_float(uint8_t bits) { return cpu::ue8m0_to_float_inline(bits); }
 float bf16_to_float(uint16_t bits) { return cpu::bf16_to_float_inline(bits); }
 uint16_t float_to_bf16(float x) { return cpu::float_to_bf16_inline(x); }
+float e2m1_to_float(uint8_t code) { return cpu::e2m1_to_float_inline(code); }
+uint8_t float_to_e2m1(float x) { return cpu::float_to_e2m1_inline(x); }
 
 }  // namespace sparse_mla

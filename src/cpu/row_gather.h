@@ -1,10 +1,12 @@
 // Gathering KV rows for the CPU back end: software prefetch of rows a few slots ahead (random
 // rows defeat the hardware prefetcher, and a tile consumes a row in well under a DRAM latency),
-// bf16 -> fp32 rows, and a vectorised cache-row dequantizer for any format of the traits table
-// whose quantized part is e4m3 tiles (v32_fp8, v4_fp8) or that is plain bf16. It computes the
-// same fp32 values as KvTokenReader (e4m3 * scale in fp32, bf16 tail widened), lanes at a time.
+// bf16 -> fp32 rows, and a cache-row dequantizer for any format of the traits table: e4m3 tiles
+// (v32_fp8, v4_fp8, v41_fp8) vectorised, e2m1 pairs (v41_fp4) through a byte -> two-value table,
+// plain bf16. It computes the same fp32 values as KvTokenReader (code value * scale in fp32, bf16
+// tail widened).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -20,6 +22,13 @@ namespace sparse_mla::cpu {
 inline constexpr int kPrefetchRows = 8;
 inline constexpr int kCacheLine = 64;
 inline constexpr int kMaxRowDims = 576;  // the largest d_qk of any format
+
+// [256][2] fp32: the two e2m1 values of a byte, low nibble first.
+inline constexpr std::array<std::array<float, 2>, 256> kE2m1Pairs = [] {
+  std::array<std::array<float, 2>, 256> table{};
+  for (int b = 0; b < 256; ++b) table[b] = {kE2m1ToFloat[b & 0xf], kE2m1ToFloat[b >> 4]};
+  return table;
+}();
 
 inline void prefetch_bytes(const uint8_t* p, int64_t bytes) {
   for (int64_t offset = 0; offset < bytes; offset += kCacheLine) __builtin_prefetch(p + offset);
@@ -51,9 +60,16 @@ class CacheRowReader {
       for (int tile = 0; tile < layout_.num_scales; ++tile) {
         const float scale = layout_.scale_encoding == ScaleEncoding::kFloat32
                                 ? load_float(scale_bytes + 4 * tile)
+                            : layout_.scale_encoding == ScaleEncoding::kE4m3
+                                ? kE4m3ToFloat[scale_bytes[tile]]
                                 : ue8m0_to_float_inline(scale_bytes[tile]);
-        dequantize_tile(data + tile * layout_.tile_size, layout_.tile_size, scale,
-                        row + tile * layout_.tile_size);
+        if (layout_.value_encoding == ValueEncoding::kE2m1) {
+          dequantize_e2m1_tile(data + tile * layout_.tile_size / 2, layout_.tile_size, scale,
+                               row + tile * layout_.tile_size);
+        } else {
+          dequantize_tile(data + tile * layout_.tile_size, layout_.tile_size, scale,
+                          row + tile * layout_.tile_size);
+        }
       }
     }
     uint16_t tail[kMaxRowDims];  // the bf16 tail may be unaligned in the row
@@ -68,7 +84,18 @@ class CacheRowReader {
     return f;
   }
 
-  // out[0, n) = e4m3(q[0, n)) * scale; n is a multiple of kLanes (tile sizes are 64 and 128).
+  // out[0, n) = e2m1 values of the n / 2 bytes at q (value 2i in the low nibble of byte i) *
+  // scale: each byte through kE2m1Pairs, then one vector multiply per kLanes values.
+  static void dequantize_e2m1_tile(const uint8_t* q, int n, float scale, float* out) {
+    for (int i = 0; i < n / 2; ++i) std::memcpy(out + 2 * i, kE2m1Pairs[q[i]].data(), 8);
+    const simd::VecF vscale = simd::splat(scale);
+    for (int i = 0; i + simd::kLanes <= n; i += simd::kLanes) {
+      simd::store(out + i, simd::load(out + i) * vscale);
+    }
+    for (int i = n / simd::kLanes * simd::kLanes; i < n; ++i) out[i] *= scale;
+  }
+
+  // out[0, n) = e4m3(q[0, n)) * scale; n is a multiple of kLanes (tile sizes are 32, 64, 128).
   static void dequantize_tile(const uint8_t* q, int n, float scale, float* out) {
     using simd::kLanes;
     using simd::VecF;

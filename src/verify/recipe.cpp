@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 namespace sparse_mla::verify {
 namespace {
@@ -385,40 +386,45 @@ void make_list(const DecodeRecipe& r, const ListPlan& p, const std::vector<uint8
 }
 
 // Sets every byte of one page block that no token owns to 0xff (NaN as e4m3, ue8m0, bf16 and
-// fp32): the block's tail up to its stride and, in the v4 layout, each scale row's padding byte.
-// The quantizer writes these bytes as zero, which a stray read would turn into a harmless 0.
+// fp32): the block's tail up to its stride and, in a page_split layout whose scale rows are
+// wider than the scales (v4_fp8's 8th byte), each scale row's padding. The quantizer writes these
+// bytes as zero, which a stray read would turn into a harmless 0.
 void poison_block_padding(const KvCacheFormatInfo& info, int d_qk, int64_t page, int64_t stride,
                           uint8_t* block) {
   int64_t used = page * kv_cache_bytes_per_token(info.format, d_qk);
   if (info.layout == KvLayout::kPageSplit) {
     const int64_t data_bytes = page * info.data_row_bytes;
+    const int scale_bytes = info.num_scales * info.scale_bytes;
     for (int64_t t = 0; t < page; ++t) {
       uint8_t* scale_row = block + data_bytes + t * info.scale_row_bytes;
-      std::fill(scale_row + info.num_scales, scale_row + info.scale_row_bytes, uint8_t{0xff});
+      std::fill(scale_row + scale_bytes, scale_row + info.scale_row_bytes, uint8_t{0xff});
     }
     used = data_bytes + page * info.scale_row_bytes;
   }
   std::fill(block + used, block + stride, uint8_t{0xff});
 }
 
-// Builds a paged cache of `num_blocks` x `page` tokens: random rows, NaN rows where unreferenced
-// (when poisoning), quantized block by block (no full bf16 copy of a large cache is ever held).
-Status make_cache(const DecodeRecipe& r, int d_qk, int64_t num_blocks, int64_t page,
-                  const std::vector<uint8_t>& referenced, uint64_t stream,
-                  std::vector<uint8_t>* bytes, KvCacheView* view) {
-  const KvCacheFormatInfo& info = kv_cache_format_info(r.format);
-  int64_t stride = kv_cache_min_block_stride(r.format, page, d_qk);
+// Builds a paged cache of `num_blocks` x `page` tokens in (format, layout): random rows, NaN rows
+// where unreferenced (when poisoning), quantized block by block (no full bf16 copy of a large
+// cache is ever held), then the padding poisoned.
+Status make_cache(const DecodeRecipe& r, KvCacheFormat format, KvLayout layout, int d_qk,
+                  int64_t num_blocks, int64_t page, const std::vector<uint8_t>& referenced,
+                  uint64_t stream, std::vector<uint8_t>* bytes, KvCacheView* view) {
+  const KvCacheFormatInfo& info = kv_cache_format_info(format, layout);
+  int64_t stride = kv_cache_min_block_stride(format, page, d_qk, layout);
   if (r.padded_strides) {
     stride +=
-        info.block_alignment > 1 ? info.block_alignment : kv_cache_bytes_per_token(r.format, d_qk);
+        info.block_alignment > 1 ? info.block_alignment : kv_cache_bytes_per_token(format, d_qk);
   }
   bytes->assign(num_blocks * stride, 0xff);
-  *view = KvCacheView{bytes->data(), r.format, num_blocks, page, stride, d_qk, Device::cpu()};
+  *view = KvCacheView{bytes->data(), format, num_blocks, page, stride, d_qk, Device::cpu(), layout};
   const float offset = tensor_offset(r.seed, stream);
   // ~1 MB of bf16 per chunk of blocks.
   const int64_t chunk_blocks = std::max<int64_t>(1, (1 << 20) / (page * d_qk * 2));
   const int64_t num_chunks = (num_blocks + chunk_blocks - 1) / chunk_blocks;
   std::vector<Status> statuses(num_chunks);
+  RunOptions one_thread;  // the chunks already run in parallel
+  one_thread.num_threads = 1;
   parallel_ranges(num_chunks, 1, [&](int64_t begin, int64_t end) {
     std::vector<uint16_t> rows;
     for (int64_t ch = begin; ch < end; ++ch) {
@@ -433,7 +439,7 @@ Status make_cache(const DecodeRecipe& r, int d_qk, int64_t num_blocks, int64_t p
       KvCacheView dst = *view;
       dst.data = bytes->data() + b0 * stride;
       dst.num_blocks = nb;
-      statuses[ch] = quantize_kv_cache(src, dst);
+      statuses[ch] = quantize_kv_cache(src, dst, one_thread);
       if (!statuses[ch].ok()) continue;
       for (int64_t blk = b0; blk < b0 + nb; ++blk) {
         poison_block_padding(info, d_qk, page, stride, bytes->data() + blk * stride);
@@ -455,6 +461,23 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
   SMLA_RETURN_IF_ERROR(check_recipe_dims("make_decode_case", r.s_q, r.h_q, r.topk));
   const KvCacheFormatInfo& info = kv_cache_format_info(r.format);
   const int d_qk = r.d_qk != 0 ? r.d_qk : (info.d_qk != 0 ? info.d_qk : 576);
+  const KvCacheFormat extra_format = r.extra_format.value_or(r.format);
+  for (const auto& [format, layout, what] :
+       {std::tuple{r.format, r.kv_layout, "kv_layout"},
+        std::tuple{extra_format, r.extra_kv_layout, "extra_kv_layout"}}) {
+    if (!kv_cache_layout_supported(format, layout)) {
+      return invalid_argument(std::string("make_decode_case: recipe ") + what + " = " +
+                              kv_layout_name(layout) + " is not a layout of format " +
+                              kv_cache_format_name(format));
+    }
+  }
+  const int extra_d_qk = kv_cache_format_info(extra_format).d_qk;
+  if (r.extra_cache && extra_d_qk != 0 && extra_d_qk != d_qk) {
+    return invalid_argument("make_decode_case: recipe extra_format = " +
+                            std::string(kv_cache_format_name(extra_format)) + " has d_qk " +
+                            std::to_string(extra_d_qk) + ", the main cache " +
+                            std::to_string(d_qk));
+  }
   if (r.b < 1 || r.page_block_size < 1 || (d_qk != 512 && d_qk != 576) ||
       (info.d_qk != 0 && d_qk != info.d_qk) ||
       (r.extra_cache && (r.extra_topk < 1 || r.extra_page_block_size < 1))) {
@@ -486,6 +509,11 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
   c->problem.d_v = 512;
   c->problem.topk = r.topk;
   c->problem.format = r.format;
+  c->problem.kv_layout = resolve_kv_layout(r.format, r.kv_layout);
+  if (r.extra_cache) {
+    c->problem.extra_format = extra_format;
+    c->problem.extra_kv_layout = resolve_kv_layout(extra_format, r.extra_kv_layout);
+  }
   c->problem.page_block_size = r.page_block_size;
   c->problem.has_topk_length = r.topk_length;
   c->problem.topk_length_per_token = r.topk_length && r.topk_length_per_token;
@@ -511,8 +539,9 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
             ListPlan{r.topk, num_blocks * r.page_block_size, r.topk_length, r.topk_length_per_token,
                      kLength, kIndices},
             empty, &main);
-  SMLA_RETURN_IF_ERROR(make_cache(r, d_qk, num_blocks, r.page_block_size, main.referenced, kKv,
-                                  &c->cache, &c->cache_view));
+  SMLA_RETURN_IF_ERROR(make_cache(r, r.format, resolve_kv_layout(r.format, r.kv_layout), d_qk,
+                                  num_blocks, r.page_block_size, main.referenced, kKv, &c->cache,
+                                  &c->cache_view));
   c->indices = std::move(main.indices);
   c->topk_length = std::move(main.lengths);
   c->indices_view = TensorView::strided(c->indices.data(), DType::kInt32, {b, s_q, r.topk},
@@ -534,8 +563,9 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
                        r.extra_topk_length_per_token, kExtraLength, kExtraIndices},
               empty, &extra);
     KvCacheView extra_view;
-    SMLA_RETURN_IF_ERROR(make_cache(r, d_qk, extra_blocks, r.extra_page_block_size,
-                                    extra.referenced, kExtraKv, &c->extra_cache, &extra_view));
+    SMLA_RETURN_IF_ERROR(make_cache(
+        r, extra_format, resolve_kv_layout(extra_format, r.extra_kv_layout), d_qk, extra_blocks,
+        r.extra_page_block_size, extra.referenced, kExtraKv, &c->extra_cache, &extra_view));
     c->extra_cache_view = extra_view;
     c->extra_indices = std::move(extra.indices);
     c->extra_topk_length = std::move(extra.lengths);

@@ -240,6 +240,7 @@ TEST_P(DecodeSweep, CpuMatchesReference) {
   const int n = f * 1000 + h_q * 7 + topk;  // a case number that varies with every parameter
   DecodeRecipe r;
   r.format = kFormats[f].format;
+  r.kv_layout = kFormats[f].layout;
   r.d_qk = kFormats[f].d_qk;
   r.h_q = h_q;
   r.topk = topk;
@@ -247,6 +248,10 @@ TEST_P(DecodeSweep, CpuMatchesReference) {
   r.extra_cache = n % 2 == 1;
   r.extra_topk = 1 + n % 90;
   r.extra_page_block_size = kPageSizes[(n / 7) % 7];
+  if (r.format == KvCacheFormat::kV41Fp8) {  // V4.1: an fp4 or fp8 extra cache, either layout
+    r.extra_format = (n / 3) % 2 == 0 ? KvCacheFormat::kV41Fp4 : KvCacheFormat::kV41Fp8;
+    r.extra_kv_layout = (n / 5) % 2 == 0 ? KvLayout::kPageSplit : KvLayout::kTokenInterleaved;
+  }
   r.topk_length_per_token = n % 3 == 1;
   r.extra_topk_length = n % 5 != 0;
   r.extra_topk_length_per_token = n % 3 == 2;
@@ -267,8 +272,7 @@ INSTANTIATE_TEST_SUITE_P(Recipe, DecodeSweep,
                                             ::testing::Values(1, 37, 100, 128)),
                          [](const auto& info) {
                            const FormatChoice& f = kFormats[std::get<0>(info.param)];
-                           return std::string(kv_cache_format_name(f.format)) + "_d" +
-                                  std::to_string(f.d_qk) + "_h" +
+                           return f.name() + "_d" + std::to_string(f.d_qk) + "_h" +
                                   std::to_string(std::get<1>(info.param)) + "_topk" +
                                   std::to_string(std::get<2>(info.param));
                          });

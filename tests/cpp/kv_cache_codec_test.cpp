@@ -54,13 +54,53 @@ uint16_t read_u16(const uint8_t* p) {
   return v;
 }
 
-// Token `slot` of a cache, decoded from SPEC §4's offset tables: e4m3 * scale in fp32.
+// e2m1: sign bit 3, magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+float spec_e2m1(uint8_t code) {
+  static constexpr float kMagnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float mag = kMagnitudes[code & 7];
+  return (code & 8) ? -mag : mag;
+}
+
+bool is_v41(KvCacheFormat f) { return f == KvCacheFormat::kV41Fp8 || f == KvCacheFormat::kV41Fp4; }
+bool page_split(const KvCacheView& c) {
+  return c.layout == KvLayout::kPageSplit ||
+         (c.layout == KvLayout::kDefault && c.format != KvCacheFormat::kV32Fp8 &&
+          c.format != KvCacheFormat::kBf16);
+}
+
+// A V4.1 token's data and scale bytes from SPEC §4's layout table.
+struct V41Token {
+  const uint8_t* data;
+  const uint8_t* scales;
+};
+V41Token spec_v41_token(const KvCacheView& c, int64_t slot) {
+  const uint8_t* block =
+      static_cast<const uint8_t*>(c.data) + (slot / c.page_block_size) * c.block_stride_bytes;
+  const int64_t t = slot % c.page_block_size, pbs = c.page_block_size;
+  const bool fp8 = c.format == KvCacheFormat::kV41Fp8;
+  const int64_t data_bytes = fp8 ? 512 : 256, record = fp8 ? 528 : 288, scale_row = fp8 ? 16 : 32;
+  if (page_split(c)) return {block + t * data_bytes, block + pbs * data_bytes + t * scale_row};
+  return {block + t * record, block + t * record + data_bytes};
+}
+
+// Token `slot` of a cache, decoded from SPEC §4's offset tables: code value * scale in fp32.
 std::vector<float> spec_decode(const KvCacheView& c, int64_t slot) {
   const uint8_t* block =
       static_cast<const uint8_t*>(c.data) + (slot / c.page_block_size) * c.block_stride_bytes;
   const int64_t t = slot % c.page_block_size;
   std::vector<float> row(c.d_qk);
-  if (c.format == KvCacheFormat::kV32Fp8) {
+  if (c.format == KvCacheFormat::kV41Fp8) {
+    const V41Token tok = spec_v41_token(c, slot);
+    for (int i = 0; i < 512; ++i) {
+      row[i] = spec_e4m3(tok.data[i]) * std::ldexp(1.0f, tok.scales[i / 32] - 127);
+    }
+  } else if (c.format == KvCacheFormat::kV41Fp4) {
+    const V41Token tok = spec_v41_token(c, slot);
+    for (int i = 0; i < 512; ++i) {
+      const uint8_t byte = tok.data[i / 2];
+      row[i] = spec_e2m1(i % 2 == 0 ? byte & 0xf : byte >> 4) * spec_e4m3(tok.scales[i / 16]);
+    }
+  } else if (c.format == KvCacheFormat::kV32Fp8) {
     const uint8_t* r = block + t * 656;
     for (int i = 0; i < 512; ++i) row[i] = spec_e4m3(r[i]) * read_f32(r + 512 + 4 * (i / 128));
     for (int i = 0; i < 64; ++i) row[512 + i] = spec_bf16(read_u16(r + 528 + 2 * i));
@@ -77,9 +117,14 @@ std::vector<float> spec_decode(const KvCacheView& c, int64_t slot) {
 }
 
 // True for the bytes of a block that SPEC §4 leaves as padding (v32: after the token rows; v4:
-// each scale row's 8th byte and the tail after the scale rows).
+// each scale row's 8th byte and the tail after the scale rows; V4.1: after the records, either
+// layout).
 bool is_padding_byte(KvCacheFormat format, int64_t pbs, int64_t offset_in_block, int d_qk) {
   switch (format) {
+    case KvCacheFormat::kV41Fp8:
+      return offset_in_block >= pbs * 528;
+    case KvCacheFormat::kV41Fp4:
+      return offset_in_block >= pbs * 288;
     case KvCacheFormat::kV32Fp8:
       return offset_in_block >= pbs * 656;
     case KvCacheFormat::kV4Fp8:
@@ -104,13 +149,15 @@ struct Cache {
 };
 
 Cache make_cache(KvCacheFormat format, int d_qk, int64_t num_blocks, int64_t pbs,
-                 int64_t extra_stride = 0, uint8_t fill = 0xcd) {
+                 int64_t extra_stride = 0, uint8_t fill = 0xcd,
+                 KvLayout layout = KvLayout::kDefault) {
   Cache c;
   c.view.format = format;
+  c.view.layout = layout;
   c.view.d_qk = d_qk;
   c.view.num_blocks = num_blocks;
   c.view.page_block_size = pbs;
-  c.view.block_stride_bytes = kv_cache_min_block_stride(format, pbs, d_qk) + extra_stride;
+  c.view.block_stride_bytes = kv_cache_min_block_stride(format, pbs, d_qk, layout) + extra_stride;
   c.bytes.assign(num_blocks * c.view.block_stride_bytes, fill);  // garbage that must be replaced
   c.view.data = c.bytes.data();
   return c;
@@ -131,10 +178,20 @@ constexpr auto& kAllFormats = test_support::kAllCacheFormats;
 // ---- traits --------------------------------------------------------------------------------
 
 TEST(KvCacheFormat, NamesParseBackAndUnknownNamesAreRejected) {
-  for (auto f : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8, KvCacheFormat::kBf16}) {
+  for (auto f : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8, KvCacheFormat::kBf16,
+                 KvCacheFormat::kV41Fp8, KvCacheFormat::kV41Fp4}) {
     EXPECT_EQ(parse_kv_cache_format(kv_cache_format_name(f)), f);
     EXPECT_EQ(kv_cache_format_info(f).format, f);
   }
+  EXPECT_STREQ(kv_cache_format_name(KvCacheFormat::kV41Fp8), "v41_fp8");
+  EXPECT_STREQ(kv_cache_format_name(KvCacheFormat::kV41Fp4), "v41_fp4");
+  for (KvLayout l : {KvLayout::kDefault, KvLayout::kPageSplit, KvLayout::kTokenInterleaved}) {
+    EXPECT_EQ(parse_kv_layout(kv_layout_name(l)), l);
+  }
+  EXPECT_STREQ(kv_layout_name(KvLayout::kPageSplit), "page_split");
+  EXPECT_STREQ(kv_layout_name(KvLayout::kTokenInterleaved), "token_interleaved");
+  EXPECT_FALSE(parse_kv_layout("interleaved").has_value());
+  EXPECT_STREQ(kv_layout_name(static_cast<KvLayout>(7)), "unknown");
   EXPECT_STREQ(kv_cache_format_name(KvCacheFormat::kV32Fp8), "v32_fp8");
   EXPECT_STREQ(kv_cache_format_name(KvCacheFormat::kV4Fp8), "v4_fp8");
   EXPECT_STREQ(kv_cache_format_name(KvCacheFormat::kBf16), "bf16");
@@ -162,6 +219,41 @@ TEST(KvCacheFormat, BytesPerTokenAndMinimumBlockStride) {
   EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, 1, 512), 1152);
   EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, 576, 512), 584 * 576);
   EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, 0, 512), 0);
+  // V4.1: 528 / 288 B per token in either layout; page_split rounds the block up to 512 / 256,
+  // token_interleaved is exactly pbs records.
+  EXPECT_EQ(kv_cache_bytes_per_token(KvCacheFormat::kV41Fp8, 512), 528);
+  EXPECT_EQ(kv_cache_bytes_per_token(KvCacheFormat::kV41Fp4, 512), 288);
+  using enum KvLayout;
+  for (int64_t pbs : {1, 2, 53, 61, 64, 69, 256, 576}) {
+    EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp8, pbs, 512, kPageSplit),
+              (pbs * 528 + 511) / 512 * 512);
+    EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp8, pbs, 512),
+              (pbs * 528 + 511) / 512 * 512);  // the default layout is page_split
+    EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp8, pbs, 512, kTokenInterleaved),
+              pbs * 528);
+    EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp4, pbs, 512, kPageSplit),
+              (pbs * 288 + 255) / 256 * 256);
+    EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp4, pbs, 512, kTokenInterleaved),
+              pbs * 288);
+  }
+  EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp8, 256, 512), 256 * 528);
+  EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp4, 64, 512), 64 * 288);
+  EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp8, 1, 512), 1024);
+  EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV41Fp4, 1, 512), 512);
+  // Layouts a format does not have.
+  EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV32Fp8, 64, 576, kPageSplit), 0);
+  EXPECT_EQ(kv_cache_min_block_stride(KvCacheFormat::kV4Fp8, 64, 512, kTokenInterleaved), 0);
+  EXPECT_FALSE(kv_cache_layout_supported(KvCacheFormat::kV32Fp8, kPageSplit));
+  EXPECT_FALSE(kv_cache_layout_supported(KvCacheFormat::kV4Fp8, kTokenInterleaved));
+  EXPECT_FALSE(kv_cache_layout_supported(KvCacheFormat::kV41Fp8, static_cast<KvLayout>(3)));
+  for (auto f : {KvCacheFormat::kV41Fp8, KvCacheFormat::kV41Fp4}) {
+    EXPECT_TRUE(kv_cache_layout_supported(f, kPageSplit));
+    EXPECT_TRUE(kv_cache_layout_supported(f, kTokenInterleaved));
+    EXPECT_TRUE(kv_cache_layout_supported(f, kDefault));
+    EXPECT_EQ(resolve_kv_layout(f, kDefault), kPageSplit);
+  }
+  EXPECT_EQ(resolve_kv_layout(KvCacheFormat::kV32Fp8, kDefault), kTokenInterleaved);
+  EXPECT_EQ(resolve_kv_layout(KvCacheFormat::kV4Fp8, kDefault), kPageSplit);
 }
 
 TEST(KvCacheFormat, TraitsRowsMatchSpecLayouts) {
@@ -177,6 +269,47 @@ TEST(KvCacheFormat, TraitsRowsMatchSpecLayouts) {
   EXPECT_EQ(v4.tail_offset, 448);
   EXPECT_EQ(v4.block_alignment, 576);
   EXPECT_EQ(v4.layout, KvLayout::kPageSplit);
+  // The four V4.1 rows: SPEC §4's record and layout tables.
+  using enum KvLayout;
+  for (KvLayout layout : {kPageSplit, kTokenInterleaved}) {
+    SCOPED_TRACE(kv_layout_name(layout));
+    const auto& f8 = kv_cache_format_info(KvCacheFormat::kV41Fp8, layout);
+    EXPECT_EQ(f8.format, KvCacheFormat::kV41Fp8);
+    EXPECT_EQ(f8.layout, layout);
+    EXPECT_EQ(f8.d_qk, 512);
+    EXPECT_EQ(f8.bytes_per_token, 528);
+    EXPECT_EQ(f8.value_encoding, ValueEncoding::kE4m3);
+    EXPECT_EQ(f8.quantized_dims, 512);
+    EXPECT_EQ(f8.quantized_bytes, 512);
+    EXPECT_EQ(f8.tile_size, 32);
+    EXPECT_EQ(f8.num_scales, 16);
+    EXPECT_EQ(f8.scale_encoding, ScaleEncoding::kUe8m0);
+    EXPECT_EQ(f8.scale_bytes, 1);
+    EXPECT_EQ(f8.data_row_bytes, layout == kPageSplit ? 512 : 528);
+    EXPECT_EQ(f8.block_alignment, layout == kPageSplit ? 512 : 528);
+    if (layout == kPageSplit) EXPECT_EQ(f8.scale_row_bytes, 16);
+    if (layout == kTokenInterleaved) EXPECT_EQ(f8.scale_offset_in_row, 512);
+    const auto& f4 = kv_cache_format_info(KvCacheFormat::kV41Fp4, layout);
+    EXPECT_EQ(f4.format, KvCacheFormat::kV41Fp4);
+    EXPECT_EQ(f4.layout, layout);
+    EXPECT_EQ(f4.bytes_per_token, 288);
+    EXPECT_EQ(f4.value_encoding, ValueEncoding::kE2m1);
+    EXPECT_EQ(f4.quantized_dims, 512);
+    EXPECT_EQ(f4.quantized_bytes, 256);
+    EXPECT_EQ(f4.tile_size, 16);
+    EXPECT_EQ(f4.num_scales, 32);
+    EXPECT_EQ(f4.scale_encoding, ScaleEncoding::kE4m3);
+    EXPECT_EQ(f4.scale_bytes, 1);
+    EXPECT_EQ(f4.data_row_bytes, layout == kPageSplit ? 256 : 288);
+    EXPECT_EQ(f4.block_alignment, layout == kPageSplit ? 256 : 288);
+    if (layout == kPageSplit) EXPECT_EQ(f4.scale_row_bytes, 32);
+    if (layout == kTokenInterleaved) EXPECT_EQ(f4.scale_offset_in_row, 256);
+  }
+  // A layout a format lacks is the "unknown" row.
+  EXPECT_NE(kv_cache_format_info(KvCacheFormat::kV32Fp8, kPageSplit).format,
+            KvCacheFormat::kV32Fp8);
+  EXPECT_NE(kv_cache_format_info(KvCacheFormat::kV4Fp8, kTokenInterleaved).format,
+            KvCacheFormat::kV4Fp8);
 }
 
 // ---- scalar conversions --------------------------------------------------------------------
@@ -274,41 +407,53 @@ TEST(Fp8Scalars, QuantizerScaleIsAPowerOfTwoAtLeastTheFloor) {
 TEST(KvCacheLayout, PackedTokensLandAtSpecOffsets) {
   for (int64_t pbs : {1, 3, 61}) {
     for (const FormatCase& fc : kAllFormats) {
+      SCOPED_TRACE(fc.name() + " pbs " + std::to_string(pbs));
       const int64_t num_blocks = 3;
-      Cache c = make_cache(fc.format, fc.d_qk, num_blocks, pbs, /*extra_stride=*/0, 0);
-      const auto& info = kv_cache_format_info(fc.format);
+      Cache c = make_cache(fc.format, fc.d_qk, num_blocks, pbs, /*extra_stride=*/0, 0, fc.layout);
+      const auto& info = kv_cache_format_info(fc.format, fc.layout);
       const int tail = fc.d_qk - info.quantized_dims;
       for (int64_t slot = 0; slot < c.view.num_slots(); ++slot) {
-        std::vector<uint8_t> e4m3(info.quantized_dims);
-        for (size_t i = 0; i < e4m3.size(); ++i) e4m3[i] = static_cast<uint8_t>(slot * 7 + i);
+        std::vector<uint8_t> values(info.quantized_bytes);
+        for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint8_t>(slot * 7 + i);
         std::vector<uint16_t> rope(tail);
         for (int i = 0; i < tail; ++i) rope[i] = static_cast<uint16_t>(0x3c00 + slot * 3 + i);
         std::vector<float> f32_scales(info.num_scales);
-        std::vector<uint8_t> ue8m0_scales(info.num_scales);
+        std::vector<uint8_t> byte_scales(info.num_scales);
         for (int i = 0; i < info.num_scales; ++i) {
           f32_scales[i] = 0.001f * static_cast<float>(slot + 1) + static_cast<float>(i);
-          ue8m0_scales[i] = static_cast<uint8_t>(100 + slot % 20 + i);
+          byte_scales[i] = static_cast<uint8_t>(100 + slot % 20 + i);
         }
-        const void* scales = fc.format == KvCacheFormat::kV32Fp8  ? (const void*)f32_scales.data()
-                             : fc.format == KvCacheFormat::kV4Fp8 ? (const void*)ue8m0_scales.data()
-                                                                  : nullptr;
-        ASSERT_TRUE(
-            pack_kv_token(c.view, slot, e4m3.empty() ? nullptr : e4m3.data(), scales, rope.data())
-                .ok());
+        const void* scales = fc.format == KvCacheFormat::kV32Fp8 ? (const void*)f32_scales.data()
+                             : fc.format == KvCacheFormat::kBf16 ? nullptr
+                                                                 : (const void*)byte_scales.data();
+        ASSERT_TRUE(pack_kv_token(c.view, slot, values.empty() ? nullptr : values.data(), scales,
+                                  rope.empty() ? nullptr : rope.data())
+                        .ok());
         const uint8_t* block = c.bytes.data() + (slot / pbs) * c.view.block_stride_bytes;
         const int64_t t = slot % pbs;
         if (fc.format == KvCacheFormat::kV32Fp8) {
           const uint8_t* row = block + t * 656;
-          ASSERT_EQ(std::memcmp(row, e4m3.data(), 512), 0);
+          ASSERT_EQ(std::memcmp(row, values.data(), 512), 0);
           ASSERT_EQ(std::memcmp(row + 512, f32_scales.data(), 16), 0);
           ASSERT_EQ(std::memcmp(row + 528, rope.data(), 128), 0);
         } else if (fc.format == KvCacheFormat::kV4Fp8) {
           const uint8_t* row = block + t * 576;
-          ASSERT_EQ(std::memcmp(row, e4m3.data(), 448), 0);
+          ASSERT_EQ(std::memcmp(row, values.data(), 448), 0);
           ASSERT_EQ(std::memcmp(row + 448, rope.data(), 128), 0);
           const uint8_t* srow = block + pbs * 576 + t * 8;
-          ASSERT_EQ(std::memcmp(srow, ue8m0_scales.data(), 7), 0);
+          ASSERT_EQ(std::memcmp(srow, byte_scales.data(), 7), 0);
           ASSERT_EQ(srow[7], 0);
+        } else if (is_v41(fc.format)) {
+          const bool fp8 = fc.format == KvCacheFormat::kV41Fp8;
+          const int64_t data_bytes = fp8 ? 512 : 256, scale_bytes = fp8 ? 16 : 32;
+          const uint8_t* data = fc.layout == KvLayout::kPageSplit
+                                    ? block + t * data_bytes
+                                    : block + t * (data_bytes + scale_bytes);
+          const uint8_t* srow = fc.layout == KvLayout::kPageSplit
+                                    ? block + pbs * data_bytes + t * scale_bytes
+                                    : data + data_bytes;
+          ASSERT_EQ(std::memcmp(data, values.data(), data_bytes), 0);
+          ASSERT_EQ(std::memcmp(srow, byte_scales.data(), scale_bytes), 0);
         } else {
           ASSERT_EQ(std::memcmp(block + t * 2 * fc.d_qk, rope.data(), 2 * fc.d_qk), 0);
         }
@@ -317,8 +462,7 @@ TEST(KvCacheLayout, PackedTokensLandAtSpecOffsets) {
         dequantize_kv_token(c.view, slot, row.data());
         const std::vector<float> expected = spec_decode(c.view, slot);
         for (int i = 0; i < fc.d_qk; ++i) {
-          ASSERT_TRUE(same_bits(row[i], expected[i]))
-              << kv_cache_format_name(fc.format) << " slot " << slot << " dim " << i;
+          ASSERT_TRUE(same_bits(row[i], expected[i])) << " slot " << slot << " dim " << i;
         }
       }
     }
@@ -331,12 +475,14 @@ TEST(KvCacheLayout, PaddingIsZeroAndLargerStridesHoldTheSameTokens) {
   const int64_t num_blocks = 4;
   for (int64_t pbs : {1, 2, 53, 64, 69}) {
     for (const FormatCase& fc : kAllFormats) {
+      SCOPED_TRACE(fc.name());
       const auto rows = random_rows(num_blocks * pbs, fc.d_qk, 11 + pbs);
       TensorView kv = TensorView::contiguous(const_cast<uint16_t*>(rows.data()), DType::kBFloat16,
                                              {num_blocks, pbs, 1, fc.d_qk});
-      const int64_t align = kv_cache_format_info(fc.format).block_alignment;
-      Cache tight = make_cache(fc.format, fc.d_qk, num_blocks, pbs);
-      Cache wide = make_cache(fc.format, fc.d_qk, num_blocks, pbs, align == 1 ? 3 : 2 * align);
+      const int64_t align = kv_cache_format_info(fc.format, fc.layout).block_alignment;
+      Cache tight = make_cache(fc.format, fc.d_qk, num_blocks, pbs, 0, 0xcd, fc.layout);
+      Cache wide = make_cache(fc.format, fc.d_qk, num_blocks, pbs, align == 1 ? 3 : 2 * align, 0xcd,
+                              fc.layout);
       ASSERT_TRUE(quantize_kv_cache(kv, tight.view).ok());
       ASSERT_TRUE(quantize_kv_cache(kv, wide.view).ok());
       const int64_t used = pbs * kv_cache_bytes_per_token(fc.format, fc.d_qk);
@@ -365,9 +511,12 @@ TEST(KvCacheLayout, PaddingIsZeroAndLargerStridesHoldTheSameTokens) {
 
 // quantize -> dequantize stays within e4m3's rounding of each value (or of the tile scale for
 // subnormals); RoPE and bf16 rows come back bit for bit; scales are the reference quantizer's.
+// (v41_fp4 has its own float64 model: v41_codec_test.cpp.)
 TEST(KvCacheCodec, RoundTripWithinE4m3Rounding) {
   const int64_t num_blocks = 3, pbs = 61;
   for (const FormatCase& fc : kAllFormats) {
+    if (fc.format == KvCacheFormat::kV41Fp4) continue;
+    SCOPED_TRACE(fc.name());
     auto rows = random_rows(num_blocks * pbs, fc.d_qk, 5);
     rows[3] = float_to_bf16(0.0f);  // an all-zero tile exercises the 1e-4 floor
     for (int i = 0; i < 128; ++i) rows[fc.d_qk + i] = 0;
@@ -381,7 +530,7 @@ TEST(KvCacheCodec, RoundTripWithinE4m3Rounding) {
     TensorView kv =
         TensorView::strided(padded.data(), DType::kBFloat16, {num_blocks, pbs, 1, fc.d_qk},
                             {pbs * row_stride, row_stride, row_stride, 1});
-    Cache c = make_cache(fc.format, fc.d_qk, num_blocks, pbs);
+    Cache c = make_cache(fc.format, fc.d_qk, num_blocks, pbs, 0, 0xcd, fc.layout);
     ASSERT_TRUE(quantize_kv_cache(kv, c.view).ok());
     std::vector<float> out(num_blocks * pbs * fc.d_qk);
     ASSERT_TRUE(dequantize_kv_cache(c.view, TensorView::contiguous(out.data(), DType::kFloat32,
@@ -392,7 +541,7 @@ TEST(KvCacheCodec, RoundTripWithinE4m3Rounding) {
         dequantize_kv_cache(c.view, TensorView::contiguous(out_bf16.data(), DType::kBFloat16,
                                                            {num_blocks, pbs, 1, fc.d_qk}))
             .ok());
-    const auto& info = kv_cache_format_info(fc.format);
+    const auto& info = kv_cache_format_info(fc.format, fc.layout);
     for (int64_t r = 0; r < num_blocks * pbs; ++r) {
       const uint16_t* x = &rows[r * fc.d_qk];
       const float* y = &out[r * fc.d_qk];
@@ -414,7 +563,9 @@ TEST(KvCacheCodec, RoundTripWithinE4m3Rounding) {
         const uint8_t* block = c.bytes.data() + (r / pbs) * c.view.block_stride_bytes;
         const float stored = fc.format == KvCacheFormat::kV32Fp8
                                  ? read_f32(block + (r % pbs) * 656 + 512 + 4 * tile)
-                                 : std::ldexp(1.0f, block[pbs * 576 + (r % pbs) * 8 + tile] - 127);
+                             : fc.format == KvCacheFormat::kV4Fp8
+                                 ? std::ldexp(1.0f, block[pbs * 576 + (r % pbs) * 8 + tile] - 127)
+                                 : std::ldexp(1.0f, spec_v41_token(c.view, r).scales[tile] - 127);
         ASSERT_EQ(stored, static_cast<float>(s)) << "row " << r << " tile " << tile;
       }
       for (int d = info.quantized_dims; d < fc.d_qk; ++d) ASSERT_EQ(y[d], spec_bf16(x[d]));
@@ -454,14 +605,16 @@ TEST(KvCacheCodec, NonPowerOfTwoV32ScalesDecodeExactly) {
 // Poisoned (NaN) rows quantize deterministically and decode to NaN in every quantized dim of
 // the poisoned tile, so a stray read shows.
 TEST(KvCacheCodec, NaNRowsQuantizeDeterministicallyAndDecodeToNaN) {
-  for (const FormatCase& fc : {kAllFormats[0], kAllFormats[1]}) {
+  for (const FormatCase& fc : {kAllFormats[0], kAllFormats[1], kAllFormats[4], kAllFormats[5],
+                               kAllFormats[6], kAllFormats[7]}) {
+    SCOPED_TRACE(fc.name());
     auto rows = random_rows(4, fc.d_qk, 9);
     for (int i = 0; i < fc.d_qk; ++i) rows[fc.d_qk + i] = float_to_bf16(kNaN);  // row 1 poisoned
     rows[2 * fc.d_qk + 7] = float_to_bf16(kNaN);                                // one NaN value
     TensorView kv =
         TensorView::contiguous(rows.data(), DType::kBFloat16, {2, 2, 1, int64_t{fc.d_qk}});
-    Cache a = make_cache(fc.format, fc.d_qk, 2, 2, 0, 0x11);
-    Cache b = make_cache(fc.format, fc.d_qk, 2, 2, 0, 0x22);
+    Cache a = make_cache(fc.format, fc.d_qk, 2, 2, 0, 0x11, fc.layout);
+    Cache b = make_cache(fc.format, fc.d_qk, 2, 2, 0, 0x22, fc.layout);
     ASSERT_TRUE(quantize_kv_cache(kv, a.view).ok());
     ASSERT_TRUE(quantize_kv_cache(kv, b.view).ok());
     EXPECT_EQ(a.bytes, b.bytes);

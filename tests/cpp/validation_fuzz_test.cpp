@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
+#include "core/kv_cache_codec_checks.h"
 #include "core/params.h"
 #include "core/validate.h"
-#include "cpu/kv_cache_codec_checks.h"
 #include "sparse_mla/sparse_mla.h"
 #include "support/cache_formats.h"
 #include "support/call_fixtures.h"
@@ -139,7 +139,7 @@ class Mutator {
   }
 
   std::string cache(const char* name, KvCacheView& c) {
-    switch (pick(7)) {
+    switch (pick(8)) {
       case 0:
         c.num_blocks = extreme_int64();
         return std::string(name) + ".num_blocks";
@@ -153,11 +153,14 @@ class Mutator {
         c.d_qk = extreme_int();
         return std::string(name) + ".d_qk";
       case 4:
-        c.format = static_cast<KvCacheFormat>(pick(5));
+        c.format = static_cast<KvCacheFormat>(pick(7));  // the five formats and two bad values
         return std::string(name) + ".format";
       case 5:
         c.device = device();
         return std::string(name) + ".device";
+      case 6:
+        c.layout = static_cast<KvLayout>(pick(4));  // default, both layouts and a bad value
+        return std::string(name) + ".layout";
       default: {
         const int64_t shift = pointer_shift();
         c.data = shift < 0 ? nullptr : static_cast<const char*>(c.data) + shift;
@@ -235,7 +238,8 @@ bool inside(const KvCacheView& c, Buffer buffer) {
   const auto data = reinterpret_cast<uintptr_t>(c.data);
   if (c.data == nullptr || data < begin) return false;
   const __int128 last_block = static_cast<__int128>(c.num_blocks - 1) * c.block_stride_bytes;
-  const __int128 one_block = kv_cache_min_block_stride(c.format, c.page_block_size, c.d_qk);
+  const __int128 one_block =
+      kv_cache_min_block_stride(c.format, c.page_block_size, c.d_qk, c.layout);
   return static_cast<__int128>(data - begin) + last_block + one_block <=
          static_cast<__int128>(buffer.bytes);
 }
@@ -658,23 +662,26 @@ TEST(ValidationFuzz, ThreadCountsAreRefusedOrRun) {
   }
 }
 
-// ---- the host KV-cache codec -----------------------------------------------------------------
+// ---- the KV-cache codec and cache writer
+// ---------------------------------------------------------
 
-// Buffers for a small cache of any format (2 blocks of 3 tokens), its bf16 rows and an fp32
-// output; the call picks the format and the direction.
+// Buffers for a small cache of any format and layout (2 blocks of 3 tokens), its bf16 rows, an
+// fp32 output and a slot mapping; the call picks the format and the operation.
 struct CodecFixture {
-  static constexpr int64_t kBlocks = 2, kPage = 3, kMaxDqk = 576;
+  static constexpr int64_t kBlocks = 2, kPage = 3, kMaxDqk = 576, kRows = kBlocks * kPage;
   static int64_t max_block_stride() {
     int64_t stride = 0;
-    for (KvCacheFormat format :
-         {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8, KvCacheFormat::kBf16}) {
-      stride = std::max(stride, kv_cache_min_block_stride(format, kPage, kMaxDqk));
+    for (const auto& f : test_support::kAllCacheFormats) {
+      for (KvLayout layout : {KvLayout::kPageSplit, KvLayout::kTokenInterleaved}) {
+        stride = std::max(stride, kv_cache_min_block_stride(f.format, kPage, kMaxDqk, layout));
+      }
     }
     return stride;
   }
   std::vector<uint8_t> cache = std::vector<uint8_t>(max_block_stride() * kBlocks + 16, 0);
-  std::vector<uint16_t> rows = std::vector<uint16_t>(kBlocks * kPage * kMaxDqk, 0x3f80);
-  std::vector<float> out = std::vector<float>(kBlocks * kPage * kMaxDqk, 0.0f);
+  std::vector<uint16_t> rows = std::vector<uint16_t>(kRows * kMaxDqk, 0x3f80);
+  std::vector<float> out = std::vector<float>(kRows * kMaxDqk, 0.0f);
+  std::vector<int32_t> slots = {5, -1, 0, 3, INT32_MIN, 2};
 
   void* cache_data() {  // 16-byte aligned, as the formats' block alignment asks
     auto p = reinterpret_cast<uintptr_t>(cache.data());
@@ -682,54 +689,92 @@ struct CodecFixture {
   }
 };
 
+enum class CodecOp { kQuantize, kDequantize, kWrite };
+
 struct CodecCall {
-  bool quantize;
+  CodecOp op;
   KvCacheView cache;
-  TensorView rows;  // quantize_kv_cache's input
-  TensorView out;   // dequantize_kv_cache's output
+  TensorView rows;          // quantize_kv_cache's input
+  TensorView out;           // dequantize_kv_cache's output
+  TensorView write_rows;    // write_kv_cache's rows [n, d_qk]
+  TensorView slot_mapping;  // write_kv_cache's slots [n]
 };
 
 CodecCall make_codec_call(CodecFixture& f, Mutator& m) {
   const auto& format =
       test_support::kAllCacheFormats[m.pick(std::size(test_support::kAllCacheFormats))];
   const int64_t d_qk = format.d_qk;
-  const int64_t stride = kv_cache_min_block_stride(format.format, f.kPage, format.d_qk);
-  return {m.pick(2) == 0,
-          KvCacheView{f.cache_data(), format.format, f.kBlocks, f.kPage, stride, format.d_qk,
-                      Device::cpu()},
+  const int64_t stride =
+      kv_cache_min_block_stride(format.format, f.kPage, format.d_qk, format.layout);
+  KvCacheView cache{f.cache_data(), format.format, f.kBlocks,     f.kPage,
+                    stride,         format.d_qk,   Device::cpu(), format.layout};
+  return {static_cast<CodecOp>(m.pick(3)),
+          cache,
           TensorView::contiguous(f.rows.data(), DType::kBFloat16, {f.kBlocks, f.kPage, 1, d_qk}),
-          TensorView::contiguous(f.out.data(), DType::kFloat32, {f.kBlocks, f.kPage, 1, d_qk})};
+          TensorView::contiguous(f.out.data(), DType::kFloat32, {f.kBlocks, f.kPage, 1, d_qk}),
+          TensorView::contiguous(f.rows.data(), DType::kBFloat16, {f.kRows, d_qk}),
+          TensorView::contiguous(f.slots.data(), DType::kInt32, {f.kRows})};
 }
 
 constexpr Mutation<CodecCall> kCodecMutations[] = {
     [](Mutator& m, CodecCall& c) { return m.cache("cache", c.cache); },
     [](Mutator& m, CodecCall& c) { return m.view("kv_bf16", c.rows); },
     [](Mutator& m, CodecCall& c) { return m.view("kv_out", c.out); },
+    [](Mutator& m, CodecCall& c) { return m.view("rows", c.write_rows); },
+    [](Mutator& m, CodecCall& c) { return m.view("slot_mapping", c.slot_mapping); },
 };
+
+const char* codec_op_name(CodecOp op) {
+  return op == CodecOp::kQuantize     ? "quantize_kv_cache"
+         : op == CodecOp::kDequantize ? "dequantize_kv_cache"
+                                      : "write_kv_cache";
+}
 
 TEST(ValidationFuzz, CodecRejectsOrRunsEveryMutation) {
   Tally tally{"codec"};
   run_trials<CodecFixture>(
       0xc0dec000u, kCodecMutations, make_codec_call, [&](CodecFixture& f, const CodecCall& c) {
-        const char* op = c.quantize ? "quantize_kv_cache" : "dequantize_kv_cache";
+        const char* op = codec_op_name(c.op);
         auto call = [&] {
-          return c.quantize ? quantize_kv_cache(c.rows, c.cache)
-                            : dequantize_kv_cache(c.cache, c.out);
+          switch (c.op) {
+            case CodecOp::kQuantize:
+              return quantize_kv_cache(c.rows, c.cache);
+            case CodecOp::kDequantize:
+              return dequantize_kv_cache(c.cache, c.out);
+            default:
+              return write_kv_cache(c.write_rows, c.slot_mapping, c.cache);
+          }
         };
-        const Status valid = c.quantize ? cpu::check_quantize_args(c.rows, c.cache)
-                                        : cpu::check_dequantize_args(c.cache, c.out);
+        const Status valid = c.op == CodecOp::kQuantize
+                                 ? detail::check_quantize_args(c.rows, c.cache)
+                             : c.op == CodecOp::kDequantize
+                                 ? detail::check_dequantize_args(c.cache, c.out)
+                                 : detail::check_write_args(c.write_rows, c.slot_mapping, c.cache);
         if (!valid.ok()) {
           expect_clear_rejection(valid, op);
           EXPECT_EQ(call().message(), valid.message());
           return;
         }
         ++tally.accepted;
-        if (!(inside(c.cache, {f.cache_data(), f.cache.size() - 15}) &&
-              (c.quantize ? inside(c.rows, buffer_of(f.rows)) : inside(c.out, buffer_of(f.out))))) {
-          return;
-        }
+        // A device call goes to the CUDA codec (tests/cpp/gpu): here its pointers are host ones.
+        if (c.cache.device.is_cuda()) return;
+        const bool in_bounds =
+            inside(c.cache, {f.cache_data(), f.cache.size() - 15}) &&
+            (c.op == CodecOp::kQuantize     ? inside(c.rows, buffer_of(f.rows))
+             : c.op == CodecOp::kDequantize ? inside(c.out, buffer_of(f.out))
+                                            : inside(c.write_rows, buffer_of(f.rows)) &&
+                                                  inside(c.slot_mapping, buffer_of(f.slots)));
+        if (!in_bounds) return;
         ++tally.ran;
         const Status s = call();
+        if (c.op == CodecOp::kWrite && !s.ok()) {
+          // The only rejection left to the writer: a slot past the cache (a sliced mapping or a
+          // smaller cache), named with its value.
+          expect_clear_rejection(s, op);
+          EXPECT_NE(s.message().find("is out of range for a cache of"), std::string::npos)
+              << s.message();
+          return;
+        }
         EXPECT_TRUE(s.ok()) << s.message();
       });
 }

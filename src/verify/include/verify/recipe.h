@@ -34,13 +34,16 @@ struct PrefillRecipe {
 struct DecodeRecipe {
   int64_t b = 2, s_q = 1, h_q = 16, topk = 64;
   KvCacheFormat format = KvCacheFormat::kV32Fp8;
-  int d_qk = 0;  // 0 = the format's d_qk (bf16 format: 576)
+  KvLayout kv_layout = KvLayout::kDefault;  // the main cache's page layout (kDefault: its own)
+  int d_qk = 0;                             // 0 = the format's d_qk (bf16 format: 576)
   int64_t page_block_size = 64;
   int64_t num_blocks = 0;  // 0 = enough for ~2x the indexed slots
   bool topk_length = true;
   bool topk_length_per_token = false;
   bool attn_sink = true;
   bool extra_cache = false;
+  std::optional<KvCacheFormat> extra_format;      // nullopt: the main cache's format
+  KvLayout extra_kv_layout = KvLayout::kDefault;  // kDefault: the extra format's own layout
   int64_t extra_topk = 64;
   int64_t extra_page_block_size = 2;
   int64_t extra_num_blocks = 0;
