@@ -34,6 +34,12 @@ bool warp_specialized_wanted(KvCacheFormat format, const DecodeKnobs& knobs) {
   return format != KvCacheFormat::kBf16 && knobs.warp_specialized.value_or(1) == 1;
 }
 
+// The V4.1 split kernel (v41_kernel.cuh) has neither a paired path nor a warp-specialised twin:
+// its tiles run unpaired whatever the knobs say.
+bool has_paired_path(KvCacheFormat format) {
+  return format != KvCacheFormat::kBf16 && format != KvCacheFormat::kV41Fp8;
+}
+
 // Paired head groups by default for every quantized format (bf16 caches have no gather or
 // dequantisation to share). Measured on the H200 (one build, one call, 5c22274 + the st.async
 // publish): 128 heads, paired / unpaired time v4_fp8 0.87-0.90x, v32_fp8 0.98-0.99x (b = 64..256
@@ -50,7 +56,7 @@ int paired_clusters(const SparseDecodeProblem& problem, const DecodeTileSet& til
   // 64-row tiles only (65..128 heads): a device whose shared memory forced 32-row tiles on 33..64
   // heads would also have 2 head groups, a launch no test runs.
   if (tile.rows != 64 || decode_head_groups(problem.h_q, tile.rows) != 2 ||
-      !pairing_wanted(tile.format, knobs)) {
+      !has_paired_path(tile.format) || !pairing_wanted(tile.format, knobs)) {
     return 0;
   }
   return tiles.pair_clusters(i);

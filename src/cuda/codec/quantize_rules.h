@@ -9,7 +9,7 @@
 //     even code, |x| > 5 saturating to 6), NaN -> 0, sign kept.
 // Every division is IEEE fp32 (nvcc's default -prec-div=true; no fast-math in this build) and
 // subnormals are kept (-ftz=false), as on the host.
-// sm_100's cvt.rn.satfinite.e2m1x2.f32 rounds as e2m1_code below; it is not used: this build
+// sm_100's cvt.rn.satfinite.e2m1x2.f32 rounds as float_to_e2m1 below; it is not used: this build
 // targets sm_80 / sm_90, and the software rule is the one the tests check.
 #pragma once
 
@@ -19,6 +19,7 @@
 #include <bit>
 #endif
 
+#include "core/e2m1.h"
 #include "core/host_device.h"
 #include "core/ue8m0.h"
 
@@ -79,31 +80,13 @@ SMLA_HOST_DEVICE inline uint8_t float_to_e4m3(float x) {
   return sign | static_cast<uint8_t>(rounded >> 20);
 }
 
-// e2m1 value of code & 0xf: sign bit 3, magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}.
+// e2m1 value and code (core/e2m1.h: the one rule of host and device): nearest, ties to the even
+// code, saturating to +-6, NaN -> 0, sign kept.
 SMLA_HOST_DEVICE inline float e2m1_value(uint32_t code) {
-  const uint32_t m = code & 7u;
-  const uint32_t magnitude = m >= 2u   ? (((m >> 1) + 126u) << 23) | ((m & 1u) << 22)
-                             : m == 1u ? 0x3f000000u
-                                       : 0u;
-  return bits_float(magnitude | ((code & 8u) << 28));
+  return bits_float(::sparse_mla::detail::e2m1_fp32_bits(code));
 }
-
-// The e2m1 code of x: nearest, ties to the even code, saturating to +-6; NaN -> 0; sign kept.
-// The midpoints 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5 go to the even neighbour (<= / < alternate).
 SMLA_HOST_DEVICE inline uint8_t float_to_e2m1(float x) {
-  const uint32_t bits = float_bits(x);
-  const uint32_t a = bits & 0x7fffffffu;
-  if (a > 0x7f800000u) return 0;
-  const uint8_t sign = static_cast<uint8_t>((bits >> 28) & 8u);
-  const uint8_t m = a <= 0x3e800000u   ? 0
-                    : a < 0x3f400000u  ? 1
-                    : a <= 0x3fa00000u ? 2
-                    : a < 0x3fe00000u  ? 3
-                    : a <= 0x40200000u ? 4
-                    : a < 0x40600000u  ? 5
-                    : a <= 0x40a00000u ? 6
-                                       : 7;
-  return sign | m;
+  return ::sparse_mla::detail::e2m1_code_of_fp32_bits(float_bits(x));
 }
 
 // FP8 tile scale: max(amax / 448, 1e-4) rounded up to a power of two; NaN -> NaN, +inf -> +inf.
