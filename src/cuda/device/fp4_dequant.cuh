@@ -11,7 +11,8 @@
 // 4 permutes interleave them into bf16 pairs, 7 shifts and ~8 logic ops place the 8 sign bits,
 // 4 bf16x2 FMAs apply the scale: ~30 instructions, none of them a conversion, against the e4m3
 // path's 4 cvt (fp8x2 -> f16x2), 8 cvt (f16 -> f32), 8 FMUL and 4 packs (24). Per 512-value token:
-// 64 chunks, ~1,900 instructions (e4m3: ~1,540), plus one scale decode per 2 chunks.
+// 64 chunks, ~1,900 instructions (e4m3: ~1,540), plus each chunk's scale decode (e4m3_scale_bf16x2:
+// 3 cvt + 1 pack; ue8m0: 2 integer ops).
 #pragma once
 
 #include <cuda_fp16.h>

@@ -59,8 +59,8 @@ template <class Shape>
 using V41Smem = DecodeSmem<Shape, V41RawRecord>;
 
 template <bool kFp4>
-using V41Record = V41Traits<kFp4 ? KvCacheFormat::kV41Fp4 : KvCacheFormat::kV41Fp8,
-                            KvLayout::kTokenInterleaved>;
+using V41Record =
+    V41Traits<kFp4 ? KvCacheFormat::kV41Fp4 : KvCacheFormat::kV41Fp8, KvLayout::kTokenInterleaved>;
 
 // load (addresses) of one slot with the traits of (format, layout): page_split's data and scale
 // rows (slot_rows), or token_interleaved's record and the scales inside it.
@@ -113,10 +113,13 @@ __device__ __forceinline__ void gather_v41_rows(int step, int thread, V41Smem<Sh
   const uint8_t* valid = sm.valid[step & 1];
   const uint32_t raw = smem_u32(sm.raw[0]);
   gather_rows_linear<Shape::kBlockKeys, Record::kQuantBytes / 16, kPitch, Shape::kThreads>(
-      raw, thread, [&](int r) { return RowSource{sm.row_ptr[r], valid[r] != 0}; });
+      raw, thread, [&](int r) {
+        return RowSource{sm.row_ptr[r], valid[r] != 0};
+      });
   gather_rows_linear<Shape::kBlockKeys, Record::kNumScales / 16, kPitch, Shape::kThreads>(
-      raw + Record::kQuantBytes, thread,
-      [&](int r) { return RowSource{sm.scale_ptr[r], valid[r] != 0}; });
+      raw + Record::kQuantBytes, thread, [&](int r) {
+        return RowSource{sm.scale_ptr[r], valid[r] != 0};
+      });
 }
 
 // dequantise: the raw stage -> the swizzled bf16 tile sm.kv[0]. Thread t owns chunk c = t % 64 (8
