@@ -1,6 +1,7 @@
 // GPU tests of the portable sparse decode path (planner -> split kernel -> combine, through
 // plan_sparse_decode / sparse_decode with Backend::kCuda) against the CPU reference on the SPEC §5
-// recipe: v32_fp8, v4_fp8 and bf16 caches, h_q 1..128, s_q 1..8, topk_length per request and
+// recipe: v32_fp8, v4_fp8, bf16 and V4.1 caches (v41_fp8 main, v41_fp8 / v41_fp4 extra, both page
+// layouts), h_q 1..128, s_q 1..8, topk_length per request and
 // per token, extra cache with its own page size, odd page sizes, empty requests, b = 321, and the
 // kReuse path. Also checks (without a GPU) that the kernels' compile-time format traits match the
 // host traits table.
@@ -99,14 +100,22 @@ TEST(PortableDecodeTraits, MatchHostTable) {
 }
 
 std::string describe(const verify::DecodeRecipe& r) {
-  std::string s = std::string(kv_cache_format_name(r.format)) + " b " + std::to_string(r.b) +
-                  " s_q " + std::to_string(r.s_q) + " h_q " + std::to_string(r.h_q) + " topk " +
-                  std::to_string(r.topk) + " page " + std::to_string(r.page_block_size);
+  std::string s =
+      std::string(kv_cache_format_name(r.format)) +
+      (r.kv_layout != KvLayout::kDefault ? std::string(" ") + kv_layout_name(r.kv_layout)
+                                         : std::string()) +
+      " b " + std::to_string(r.b) + " s_q " + std::to_string(r.s_q) + " h_q " +
+      std::to_string(r.h_q) + " topk " + std::to_string(r.topk) + " page " +
+      std::to_string(r.page_block_size);
   if (r.d_qk != 0) s += " d_qk " + std::to_string(r.d_qk);
   if (r.topk_length) s += r.topk_length_per_token ? " topk_length[b,s_q]" : " topk_length[b]";
   if (r.extra_cache) {
-    s += " extra " + std::to_string(r.extra_topk) + " page " +
-         std::to_string(r.extra_page_block_size);
+    s += " extra";
+    if (r.extra_format) s += std::string(" ") + kv_cache_format_name(*r.extra_format);
+    if (r.extra_kv_layout != KvLayout::kDefault) {
+      s += std::string(" ") + kv_layout_name(r.extra_kv_layout);
+    }
+    s += " " + std::to_string(r.extra_topk) + " page " + std::to_string(r.extra_page_block_size);
   }
   return s + (r.attn_sink ? " sink" : "") + (r.padded_strides ? " padded" : "");
 }
@@ -230,7 +239,10 @@ void check_case(const verify::DecodeRecipe& recipe) {
   const char* pair_env = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
   const bool pair_wanted = pair_env == nullptr || std::string(pair_env) != "0";
   const bool two_wide_groups = plan.head_groups == 2 && plan.rows_per_cta == 64;
-  const bool may_pair = recipe.format != KvCacheFormat::kBf16 && two_wide_groups && pair_wanted;
+  // The V4.1 split kernel has no paired path and no warp-specialised twin.
+  const bool v41 = recipe.format == KvCacheFormat::kV41Fp8;
+  const bool may_pair =
+      recipe.format != KvCacheFormat::kBf16 && !v41 && two_wide_groups && pair_wanted;
   if (!may_pair) EXPECT_FALSE(plan.paired_head_groups) << plan.reason;
   if (may_pair && device.cc_major == 9 && SMLA_TEST_BUILD_HAS_SM90_CODE) {
     EXPECT_TRUE(plan.paired_head_groups) << plan.reason;
@@ -243,7 +255,8 @@ void check_case(const verify::DecodeRecipe& recipe) {
   const char* producers_env = std::getenv("SMLA_DECODE_WARP_SPECIALIZED");
   const bool producers_wanted = producers_env == nullptr || std::string(producers_env) != "0";
   const bool tile_16x32 = plan.rows_per_cta == 16 && plan.keys_per_block == 32;
-  const bool may_produce = producers_wanted && tile_16x32 && recipe.format != KvCacheFormat::kBf16;
+  const bool may_produce =
+      producers_wanted && tile_16x32 && recipe.format != KvCacheFormat::kBf16 && !v41;
   if (!may_produce) EXPECT_FALSE(plan.warp_specialized) << plan.reason;
   if (may_produce && device.cc_major == 9 && std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
       plan.num_sm_parts <= device.sm_count) {
@@ -442,6 +455,130 @@ INSTANTIATE_TEST_SUITE_P(Formats, PortableDecode,
                          [](const ::testing::TestParamInfo<FormatCase>& info) {
                            return info.param.name;
                          });
+
+// ---- DeepSeek V4.1 ------------------------------------------------------------------------
+
+// A v41_fp8 main cache in one page layout, with no extra cache or a v41_fp8 / v41_fp4 one in
+// either layout (SPEC §3: each cache its own page size).
+struct V41Case {
+  KvLayout layout;
+  bool extra;
+  KvCacheFormat extra_format;
+  KvLayout extra_layout;
+  const char* name;
+};
+void PrintTo(const V41Case& c, std::ostream* os) { *os << c.name; }
+
+class V41Decode : public ::testing::TestWithParam<V41Case> {
+ protected:
+  verify::DecodeRecipe base() const {
+    const V41Case& c = GetParam();
+    verify::DecodeRecipe r;
+    r.format = KvCacheFormat::kV41Fp8;
+    r.kv_layout = c.layout;
+    r.extra_cache = c.extra;
+    if (c.extra) {
+      r.extra_format = c.extra_format;
+      r.extra_kv_layout = c.extra_layout;
+    }
+    // V4.1's shapes: window page 256 + compressed page 64, window list 128 + drafts padded (192).
+    r.page_block_size = 256;
+    r.extra_page_block_size = 64;
+    r.topk = 192;
+    r.extra_topk = 512;
+    return r;
+  }
+};
+
+// 8 / 16 / 64 / 128 heads (every tile, 128 = two 64-row head groups) x s_q 1 + drafts (draft
+// verification: 1, 2, 4, 6 tokens, topk_length per token).
+TEST_P(V41Decode, HeadCountsAndDraftTokens) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int64_t h_q : {8, 16, 64, 128}) {
+    for (int64_t s_q : {1, 2, 4, 6}) {
+      verify::DecodeRecipe r = base();
+      r.b = 2;
+      r.s_q = s_q;
+      r.h_q = h_q;
+      r.topk_length_per_token = s_q > 1;
+      r.extra_topk_length_per_token = s_q > 2;
+      r.seed = 100 * h_q + s_q;
+      check_case(r);
+    }
+  }
+}
+
+// Odd page sizes of each cache (1, 2, 53, 61, 69, 576), topk not a multiple of the block, sinks
+// and padded strides (the recipe's defaults), invalid indices and NaN-poisoned rows.
+TEST_P(V41Decode, OddPagesAndShortLists) {
+  SMLA_SKIP_WITHOUT_GPU();
+  struct Pages {
+    int64_t main, extra, topk, extra_topk, h_q;
+  };
+  for (Pages pg : {Pages{1, 2, 37, 64, 16}, Pages{53, 61, 64, 130, 64}, Pages{69, 576, 100, 37, 8},
+                   Pages{576, 1, 1, 100, 128}}) {
+    verify::DecodeRecipe r = base();
+    r.b = 3;
+    r.s_q = 2;
+    r.h_q = pg.h_q;
+    r.page_block_size = pg.main;
+    r.extra_page_block_size = pg.extra;
+    r.topk = pg.topk;
+    r.extra_topk = pg.extra_topk;
+    r.topk_length_per_token = true;
+    r.seed = pg.main * 7 + pg.extra;
+    check_case(r);
+    r.topk_length = false;
+    r.extra_topk_length = false;
+    r.attn_sink = false;
+    r.padded_strides = false;
+    check_case(r);
+  }
+}
+
+// Long lists over few queries (every query split across parts, the combine path) and many
+// requests (several queries per part, zero-length ones).
+TEST_P(V41Decode, SplitQueriesAndManyRequests) {
+  SMLA_SKIP_WITHOUT_GPU();
+  verify::DecodeRecipe r = base();
+  r.b = 2;
+  r.s_q = 1;
+  r.h_q = 64;
+  r.topk = 1024;
+  r.extra_topk = 2048;
+  r.empty_queries = false;
+  r.seed = 2048;
+  check_case(r);
+  r = base();
+  r.b = 129;
+  r.s_q = 1;
+  r.h_q = 16;
+  r.topk = 128;
+  r.extra_topk = 64;
+  r.seed = 129;
+  check_case(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Caches, V41Decode,
+    ::testing::Values(V41Case{KvLayout::kPageSplit, false, KvCacheFormat::kV41Fp8,
+                              KvLayout::kDefault, "page_split"},
+                      V41Case{KvLayout::kTokenInterleaved, false, KvCacheFormat::kV41Fp8,
+                              KvLayout::kDefault, "token_interleaved"},
+                      V41Case{KvLayout::kPageSplit, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kPageSplit, "page_split_fp4_page_split"},
+                      V41Case{KvLayout::kPageSplit, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kTokenInterleaved, "page_split_fp4_token_interleaved"},
+                      V41Case{KvLayout::kTokenInterleaved, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kPageSplit, "token_interleaved_fp4_page_split"},
+                      V41Case{KvLayout::kTokenInterleaved, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kTokenInterleaved,
+                              "token_interleaved_fp4_token_interleaved"},
+                      V41Case{KvLayout::kPageSplit, true, KvCacheFormat::kV41Fp8,
+                              KvLayout::kTokenInterleaved, "page_split_fp8_token_interleaved"},
+                      V41Case{KvLayout::kTokenInterleaved, true, KvCacheFormat::kV41Fp8,
+                              KvLayout::kPageSplit, "token_interleaved_fp8_page_split"}),
+    [](const ::testing::TestParamInfo<V41Case>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace sparse_mla
