@@ -1,8 +1,6 @@
 // The device codec's scalar rules (src/cuda/codec/quantize_rules.h, compiled here as host code)
 // against the host codec's (cpu/fp8.h), bit for bit, over every bf16 value and a dense sweep of
 // fp32 quotients: the GPU kernels run the same functions, so these tests pin them without a GPU.
-#include "cuda/codec/quantize_rules.h"
-
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -11,7 +9,10 @@
 #include <limits>
 #include <vector>
 
+#include "core/e2m1.h"
 #include "cpu/fp8.h"
+#include "cuda/codec/quantize_rules.h"
+#include "cuda/device/e2m1_bf16.h"
 
 namespace sparse_mla {
 namespace {
@@ -19,7 +20,8 @@ namespace {
 namespace rules = cuda::codec;
 
 bool same_float(float a, float b) {
-  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) || (std::isnan(a) && std::isnan(b));
+  return std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b) ||
+         (std::isnan(a) && std::isnan(b));
 }
 
 // Every bf16 value, plus fp32 values between them (quotients x / s are not bf16).
@@ -80,6 +82,38 @@ TEST(CudaCodecRules, Bf16RoundingAndUe8m0MatchTheHost) {
   }
   for (uint32_t byte = 0; byte < 256; ++byte) {
     ASSERT_TRUE(same_float(rules::ue8m0_value(byte), cpu::ue8m0_to_float_inline(byte))) << byte;
+  }
+}
+
+// The decode kernels' e2m1 -> bf16 lookup (cuda/device/e2m1_bf16.h): every code in every one of the
+// 8 positions of a word (the other positions holding a sweep of codes), against core/e2m1.h.
+TEST(CudaCodecRules, E2m1ByteLookupGivesEveryCodesBf16) {
+  for (uint32_t word = 0; word < (1u << 16); ++word) {
+    // Codes 0-3 from `word`, 4-7 from its bits reversed in nibbles: every code everywhere.
+    const uint32_t hi =
+        ((word & 0xf) << 12) | ((word & 0xf0) << 4) | ((word >> 4) & 0xf0) | ((word >> 12) & 0xf);
+    const uint32_t codes = word | (hi << 16);
+    const cuda::E2m1Bf16x8 v = cuda::e2m1x8_to_bf16(codes);
+    const uint32_t pairs[4] = {v.x, v.y, v.z, v.w};
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t code = (codes >> (4 * i)) & 0xfu;
+      const uint32_t want = detail::e2m1_fp32_bits(code) >> 16;  // exact: low half is 0
+      const uint32_t got = (pairs[i / 2] >> (16 * (i % 2))) & 0xffffu;
+      ASSERT_EQ(got, want) << "word 0x" << std::hex << codes << " position " << i;
+    }
+  }
+}
+
+// Why the kernels' bf16 multiply of code x e4m3 scale is exact: every product of an e2m1 value
+// and a finite e4m3 value is a bf16 value (fp32 with the low 16 bits zero).
+TEST(CudaCodecRules, E2m1TimesE4m3ScaleIsExactInBf16) {
+  for (uint32_t s = 0; s < 256; ++s) {
+    const float scale = cpu::kE4m3ToFloat[s];
+    if (std::isnan(scale)) continue;
+    for (uint32_t code = 0; code < 16; ++code) {
+      const float p = cpu::kE2m1ToFloat[code] * scale;
+      ASSERT_EQ(std::bit_cast<uint32_t>(p) & 0xffffu, 0u) << "code " << code << " scale " << s;
+    }
   }
 }
 

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "cuda/device/e2m1_bf16.h"
 #include "cuda/device/ptx/mma.cuh"
 
 namespace sparse_mla::cuda {
@@ -42,37 +43,9 @@ __device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
   return d;
 }
 
-// bf16 bit patterns of the e2m1 magnitudes {0, 0.5, 1, 1.5, 2, 3, 4, 6}:
-//   0x0000 0x3f00 0x3f80 0x3fc0 0x4000 0x4040 0x4080 0x40c0
-// as two 8-entry byte tables (entries 0-3 in the first word, 4-7 in the second).
-inline constexpr uint32_t kE2m1Bf16HighLo = 0x3f3f3f00u;
-inline constexpr uint32_t kE2m1Bf16HighHi = 0x40404040u;
-inline constexpr uint32_t kE2m1Bf16LowLo = 0xc0800000u;
-inline constexpr uint32_t kE2m1Bf16LowHi = 0xc0804000u;
-
-// The bf16 pairs (value 2k in the low half) of the 8 codes in `codes`, unscaled.
-__device__ __forceinline__ uint4 e2m1x8_to_bf16(uint32_t codes) {
-  // __byte_perm reads the low 3 bits of each selector nibble (the magnitude index) and ignores the
-  // sign bit; nibbles 0-3 select codes 0-3, so codes >> 16 selects codes 4-7.
-  const uint32_t high03 = __byte_perm(kE2m1Bf16HighLo, kE2m1Bf16HighHi, codes);
-  const uint32_t high47 = __byte_perm(kE2m1Bf16HighLo, kE2m1Bf16HighHi, codes >> 16);
-  const uint32_t low03 = __byte_perm(kE2m1Bf16LowLo, kE2m1Bf16LowHi, codes);
-  const uint32_t low47 = __byte_perm(kE2m1Bf16LowLo, kE2m1Bf16LowHi, codes >> 16);
-  // pair (2k, 2k+1) = [low 2k, high 2k, low 2k+1, high 2k+1]; the sign of code i is bit 4i + 3.
-  uint4 v;
-  v.x = __byte_perm(low03, high03, 0x5140u) | ((codes << 12) & 0x8000u) |
-        ((codes << 24) & 0x80000000u);
-  v.y = __byte_perm(low03, high03, 0x7362u) | ((codes << 4) & 0x8000u) |
-        ((codes << 16) & 0x80000000u);
-  v.z =
-      __byte_perm(low47, high47, 0x5140u) | ((codes >> 4) & 0x8000u) | ((codes << 8) & 0x80000000u);
-  v.w = __byte_perm(low47, high47, 0x7362u) | ((codes >> 12) & 0x8000u) | (codes & 0x80000000u);
-  return v;
-}
-
 // Eight e2m1 codes times `scale2` (the tile's scale as a bf16 pair, both halves equal).
 __device__ __forceinline__ uint4 dequant_e2m1x8(uint32_t codes, uint32_t scale2) {
-  const uint4 v = e2m1x8_to_bf16(codes);
+  const E2m1Bf16x8 v = e2m1x8_to_bf16(codes);
   return uint4{bf16x2_mul(v.x, scale2), bf16x2_mul(v.y, scale2), bf16x2_mul(v.z, scale2),
                bf16x2_mul(v.w, scale2)};
 }
