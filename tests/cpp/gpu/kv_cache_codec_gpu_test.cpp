@@ -258,8 +258,8 @@ TEST_P(CodecGpu, WriterStoresRowsAtTheirSlotsAndSkipsTheRest) {
     SMLA_ASSERT_OK(test_support::to_device(rows, &d_rows));
     SMLA_ASSERT_OK(test_support::to_device(slots, &d_slots));
     SMLA_ASSERT_OK(test_support::to_device(before, &d_cache));
-    const TensorView dev_rows = TensorView::strided(d_rows.data(), DType::kBFloat16, {n, fc.d_qk},
-                                                    {row_stride, 1}, kGpu);
+    const TensorView dev_rows =
+        TensorView::strided(d_rows.data(), DType::kBFloat16, {n, fc.d_qk}, {row_stride, 1}, kGpu);
     const TensorView dev_slots = TensorView::contiguous(d_slots.data(), DType::kInt32, {n}, kGpu);
     const KvCacheView dev_cache = cache_view(fc, d_cache.data(), kGpu, num_blocks, pbs, stride);
     SMLA_ASSERT_OK(write_kv_cache(dev_rows, dev_slots, dev_cache));

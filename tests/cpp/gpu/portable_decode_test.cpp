@@ -559,6 +559,30 @@ TEST_P(V41Decode, SplitQueriesAndManyRequests) {
   check_case(r);
 }
 
+// Main and extra caches past 2^31 bytes (64-token pages): 64-bit page offsets in both records'
+// addressing. Only for the fp4-extra pairs of one layout (each case holds ~4.5 GiB).
+TEST_P(V41Decode, CachesBeyondTwoGigabytes) {
+  SMLA_SKIP_WITHOUT_GPU();
+  const V41Case& c = GetParam();
+  if (!c.extra || c.extra_format != KvCacheFormat::kV41Fp4 || c.layout != c.extra_layout) {
+    GTEST_SKIP() << "run for the v41_fp4-extra pairs of one layout only";
+  }
+  verify::DecodeRecipe r = base();
+  r.b = 2;
+  r.s_q = 2;
+  r.h_q = 64;
+  r.topk = 256;
+  r.extra_topk = 256;
+  r.page_block_size = 64;
+  r.extra_page_block_size = 64;
+  r.num_blocks =
+      (int64_t{9} << 28) / kv_cache_min_block_stride(KvCacheFormat::kV41Fp8, 64, 512, c.layout) + 1;
+  r.extra_num_blocks =
+      (int64_t{9} << 28) / kv_cache_min_block_stride(KvCacheFormat::kV41Fp4, 64, 512, c.layout) + 1;
+  r.seed = 4096;
+  check_case(r);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Caches, V41Decode,
     ::testing::Values(V41Case{KvLayout::kPageSplit, false, KvCacheFormat::kV41Fp8,
