@@ -491,11 +491,13 @@ class V41Decode : public ::testing::TestWithParam<V41Case> {
 };
 
 // 8 / 16 / 64 / 128 heads (every tile, 128 = two 64-row head groups) x s_q 1 + drafts (draft
-// verification: 1, 2, 4, 6 tokens, topk_length per token).
+// verification: 1, 2, 4, 6 tokens, topk_length per token); then partial head groups (1, 24, 100
+// heads) at 3 and 8 tokens.
 TEST_P(V41Decode, HeadCountsAndDraftTokens) {
   SMLA_SKIP_WITHOUT_GPU();
-  for (int64_t h_q : {8, 16, 64, 128}) {
-    for (int64_t s_q : {1, 2, 4, 6}) {
+  for (int64_t h_q : {1, 8, 16, 24, 64, 100, 128}) {
+    const bool tp_shard = h_q == 8 || h_q == 16 || h_q == 64 || h_q == 128;
+    for (int64_t s_q : tp_shard ? std::vector<int64_t>{1, 2, 4, 6} : std::vector<int64_t>{3, 8}) {
       verify::DecodeRecipe r = base();
       r.b = 2;
       r.s_q = s_q;
