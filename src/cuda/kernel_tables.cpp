@@ -379,7 +379,7 @@ constexpr DecodeKernel kDecodeKernels[] = {
     {"portable_sparse_decode_bf16", Backend::kCuda, portable_decode_supports<KvCacheFormat::kBf16>,
      portable_decode_plan, portable_decode_run},
     // DeepSeek V4.1: a v41_fp8 main cache, an optional v41_fp8 or v41_fp4 extra cache, either page
-    // layout each (the V4.1 split kernel, portable/sparse_decode/v41_kernel.cuh).
+    // layout each (the V4.1 split kernels, portable/sparse_decode/v41_*kernel.cuh).
     {"portable_sparse_decode_v41fp8", Backend::kCuda,
      portable_decode_supports<KvCacheFormat::kV41Fp8>, portable_decode_plan, portable_decode_run},
 };

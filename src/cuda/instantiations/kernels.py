@@ -26,8 +26,9 @@ FORMATS = {
     "v41_fp8": ("kV41Fp8", "v41fp8"),
 }
 
-# Decode formats whose rows run the V4.1 split kernel (v41_kernel.cuh): a v41_fp8 main cache with
-# a v41_fp8 or v41_fp4 extra cache, either page layout each (runtime arguments of one kernel).
+# Decode formats whose rows run the V4.1 split kernels (v41_kernel.cuh; the warp-specialised tile
+# v41_warp_specialized_kernel.cuh): a v41_fp8 main cache with a v41_fp8 or v41_fp4 extra cache,
+# either page layout each (runtime arguments of one kernel).
 V41_FORMATS = ("v41_fp8",)
 
 
@@ -102,10 +103,12 @@ def _decode_args(k: Kernel) -> str:
 def _decode_instantiations(k: Kernel) -> list[str]:
     a = _decode_args(k)
     if k.format in V41_FORMATS:
+        v41 = "v41_warp_specialized" if k.warp_specialized else "v41"
+        launch = "v41_warp_specialized_decode" if k.warp_specialized else "v41_sparse_decode"
         return [
-            f"template int v41_decode_smem_bytes<{a}>();",
-            f"template int v41_decode_ctas_per_sm<{a}>();",
-            f"template Status launch_v41_sparse_decode<{a}>(",
+            f"template int {v41}_decode_smem_bytes<{a}>();",
+            f"template int {v41}_decode_ctas_per_sm<{a}>();",
+            f"template Status launch_{launch}<{a}>(",
             "    const DecodeLaunch&, cudaStream_t);",
         ]
     if k.warp_specialized:
@@ -132,10 +135,12 @@ def _decode_entry(k: Kernel) -> str:
     )
     pd = "portable_decode::"
     if k.format in V41_FORMATS:
+        v41 = "v41_warp_specialized" if k.warp_specialized else "v41"
+        launch = "v41_warp_specialized_decode" if k.warp_specialized else "v41_sparse_decode"
         fns = [
-            f"{pd}launch_v41_sparse_decode<{a}>",
-            f"{pd}v41_decode_smem_bytes<{a}>",
-            f"{pd}v41_decode_ctas_per_sm<{a}>",
+            f"{pd}launch_{launch}<{a}>",
+            f"{pd}{v41}_decode_smem_bytes<{a}>",
+            f"{pd}{v41}_decode_ctas_per_sm<{a}>",
             "no_pair_clusters",
         ]
     elif k.warp_specialized:
@@ -181,7 +186,9 @@ FAMILIES: dict[str, Family] = {
     "portable_sparse_decode": Family(
         has_format=True,
         kernel_header=lambda k: (
-            "cuda/portable/sparse_decode/v41_kernel.cuh"
+            "cuda/portable/sparse_decode/v41_warp_specialized_kernel.cuh"
+            if k.format in V41_FORMATS and k.warp_specialized
+            else "cuda/portable/sparse_decode/v41_kernel.cuh"
             if k.format in V41_FORMATS
             else "cuda/portable/sparse_decode/warp_specialized_kernel.cuh"
             if k.warp_specialized
@@ -244,13 +251,14 @@ KERNELS: list[Kernel] = (
         for rows in ROWS
         for keys in BLOCK_KEYS
     ]
-    # The V4.1 split kernel: every tile of the split kernel, no warp-specialised twin.
+    # The V4.1 split kernel: every tile of the split kernel (its warp-specialised 16 x 32 tile is
+    # with the other formats' below).
     + [
         Kernel("portable_sparse_decode", format="v41_fp8", d_qk=512, rows=rows, block_keys=keys)
         for rows in ROWS
         for keys in BLOCK_KEYS
     ]
-    # The warp-specialised 16-row x 32-key decode tile, FP8 caches only (a bf16 cache has no
+    # The warp-specialised 16-row x 32-key decode tile, quantized caches only (a bf16 cache has no
     # conversion to move into producer warps). Chosen through, and falling back to, the split
     # kernel's 16 x 32 tile of the same format (its twin), so selecting it selects the twin too.
     + [
@@ -262,7 +270,7 @@ KERNELS: list[Kernel] = (
             block_keys=32,
             warp_specialized=True,
         )
-        for fmt, dqk in (("v32_fp8", 576), ("v4_fp8", 512))
+        for fmt, dqk in (("v32_fp8", 576), ("v4_fp8", 512), ("v41_fp8", 512))
     ]
     # The Hopper prefill: one tile (64 head rows, 64-key blocks) per d_qk, sm_90a code only.
     + [Kernel("sm90a_sparse_prefill", d_qk=dqk, arch="sm90a") for dqk in (576, 512)]

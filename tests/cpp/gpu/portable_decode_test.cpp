@@ -239,7 +239,7 @@ void check_case(const verify::DecodeRecipe& recipe) {
   const char* pair_env = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
   const bool pair_wanted = pair_env == nullptr || std::string(pair_env) != "0";
   const bool two_wide_groups = plan.head_groups == 2 && plan.rows_per_cta == 64;
-  // The V4.1 split kernel has no paired path and no warp-specialised twin.
+  // The V4.1 split kernels have no paired path.
   const bool v41 = recipe.format == KvCacheFormat::kV41Fp8;
   const bool may_pair =
       recipe.format != KvCacheFormat::kBf16 && !v41 && two_wide_groups && pair_wanted;
@@ -255,8 +255,7 @@ void check_case(const verify::DecodeRecipe& recipe) {
   const char* producers_env = std::getenv("SMLA_DECODE_WARP_SPECIALIZED");
   const bool producers_wanted = producers_env == nullptr || std::string(producers_env) != "0";
   const bool tile_16x32 = plan.rows_per_cta == 16 && plan.keys_per_block == 32;
-  const bool may_produce =
-      producers_wanted && tile_16x32 && recipe.format != KvCacheFormat::kBf16 && !v41;
+  const bool may_produce = producers_wanted && tile_16x32 && recipe.format != KvCacheFormat::kBf16;
   if (!may_produce) EXPECT_FALSE(plan.warp_specialized) << plan.reason;
   if (may_produce && device.cc_major == 9 && std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
       plan.num_sm_parts <= device.sm_count) {

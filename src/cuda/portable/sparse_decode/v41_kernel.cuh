@@ -6,12 +6,13 @@
 //               format and layout (a CTA-uniform branch per block: main blocks read the main
 //               cache's traits, extra blocks the extra cache's);
 //   gather      the record's value bytes (512 / 256) and scale bytes (16 / 32) with cp.async into
-//               one raw row [values | scales] of kRawPitch = 528 bytes (the larger record);
+//               one raw row [values | scales] of 528 bytes (the larger record);
 //   dequantise  v41_fp8: 8 e4m3 x their ue8m0 scale per 16-B chunk (as v4_fp8); v41_fp4: 8 e2m1
 //               codes (4 bytes) x their e4m3 scale as an exact bf16x2 product (fp4_dequant.cuh).
 // Invalid slots point at slot 0 of their cache and are zero-filled (value and scale bytes 0, so
-// they dequantise to 0), never read. No paired head groups and no warp-specialised variant: the
-// plain split kernel, for every tile of the kernel table.
+// they dequantise to 0), never read. The three roles are v41_rows.cuh's, which the
+// warp-specialised 16 x 32 tile (v41_warp_specialized_kernel.cuh) runs in producer warps. No
+// paired head groups.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,54 +30,15 @@
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_decode/mma_core.cuh"
 #include "cuda/portable/sparse_decode/piece_inputs.cuh"
+#include "cuda/portable/sparse_decode/v41_rows.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
 #include "planning/decode_schedule_builder.h"
 
 namespace sparse_mla::cuda::portable_decode {
 
-// The raw stage's row as DecodeSmem sees it: 512 value bytes then a 16-B scale row (RawRow: pitch
-// 528 = the v41_fp8 record, the larger of the two), a scale pointer per row. A v41_fp4 row uses its
-// first 288 bytes: 256 code bytes, then 32 scale bytes at kFp4ScaleBase.
-struct V41RawRecord {
-  static constexpr KvCacheFormat kFormat = KvCacheFormat::kV41Fp8;
-  static constexpr int kDqk = 512;
-  static constexpr int kQuantDims = 512;
-  static constexpr int kTileSize = 32;
-  static constexpr int kNumScales = 16;
-  static constexpr ScaleEncoding kScaleEncoding = ScaleEncoding::kUe8m0;
-  static constexpr bool kScalesInRow = false;
-  static constexpr int kScaleOffset = 0;
-  static constexpr int kScaleRowBytes = 16;
-  static constexpr int kDataRowBytes = 512;
-  static constexpr int kTailOffset = 512;
-  static constexpr int kTailDims = 0;
-};
-static_assert(RawRow<V41RawRecord>::kPitch ==
-              V41Traits<KvCacheFormat::kV41Fp8, KvLayout::kPageSplit>::kRecordBytes);
-
 template <class Shape>
 using V41Smem = DecodeSmem<Shape, V41RawRecord>;
-
-template <bool kFp4>
-using V41Record =
-    V41Traits<kFp4 ? KvCacheFormat::kV41Fp4 : KvCacheFormat::kV41Fp8, KvLayout::kTokenInterleaved>;
-
-// load (addresses) of one slot with the traits of (format, layout): page_split's data and scale
-// rows (slot_rows), or token_interleaved's record and the scales inside it.
-template <class Traits>
-__device__ __forceinline__ SlotRows v41_slot_rows(const detail::KvCacheParams& cache,
-                                                  uint32_t slot) {
-  SlotRows rows = slot_rows<Traits>(cache, slot);
-  if constexpr (Traits::kScalesInRow) rows.scales = rows.data + Traits::kScaleOffset;
-  return rows;
-}
-
-// Whether block `block` of a query reads v41_fp4 records (extra blocks of a v41_fp4 extra cache).
-__device__ __forceinline__ bool block_is_fp4(const detail::DecodeParams& p, const QueryLists& lists,
-                                             int block) {
-  return block >= lists.blocks_main && p.extra_cache.format == KvCacheFormat::kV41Fp4;
-}
 
 // load (addresses): threads 0..kBlockKeys-1 resolve slot `thread` of block `block`.
 template <class Shape>
@@ -84,109 +46,24 @@ __device__ __forceinline__ void stage_v41_rows(const detail::DecodeParams& p,
                                                const QueryLists& lists, int block, int step,
                                                int thread, int32_t index, V41Smem<Shape>& sm) {
   if (thread >= Shape::kBlockKeys) return;
-  const bool is_main = block < lists.blocks_main;
-  const detail::KvCacheParams& cache = is_main ? p.cache : p.extra_cache;
-  const bool valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
-  const uint32_t slot = valid ? static_cast<uint32_t>(index) : 0u;
-  const bool split = cache.layout == KvLayout::kPageSplit;
-  using enum KvCacheFormat;
-  using enum KvLayout;
-  SlotRows rows;
-  if (cache.format == kV41Fp4) {
-    rows = split ? v41_slot_rows<V41Traits<kV41Fp4, kPageSplit>>(cache, slot)
-                 : v41_slot_rows<V41Traits<kV41Fp4, kTokenInterleaved>>(cache, slot);
-  } else {
-    rows = split ? v41_slot_rows<V41Traits<kV41Fp8, kPageSplit>>(cache, slot)
-                 : v41_slot_rows<V41Traits<kV41Fp8, kTokenInterleaved>>(cache, slot);
-  }
-  sm.row_ptr[thread] = rows.data;
-  sm.scale_ptr[thread] = rows.scales;
-  sm.valid[step & 1][thread] = valid ? 1 : 0;
-}
-
-// load (rows): every row's value bytes, then its scale bytes, into the raw stage
-// [kBlockKeys, 528] as [values | scales]; invalid rows zero-filled.
-template <class Shape, bool kFp4>
-__device__ __forceinline__ void gather_v41_rows(int step, int thread, V41Smem<Shape>& sm) {
-  using Record = V41Record<kFp4>;
-  constexpr int kPitch = RawRow<V41RawRecord>::kPitch;
-  const uint8_t* valid = sm.valid[step & 1];
-  const uint32_t raw = smem_u32(sm.raw[0]);
-  gather_rows_linear<Shape::kBlockKeys, Record::kQuantBytes / 16, kPitch, Shape::kThreads>(
-      raw, thread, [&](int r) {
-        return RowSource{sm.row_ptr[r], valid[r] != 0};
-      });
-  gather_rows_linear<Shape::kBlockKeys, Record::kNumScales / 16, kPitch, Shape::kThreads>(
-      raw + Record::kQuantBytes, thread, [&](int r) {
-        return RowSource{sm.scale_ptr[r], valid[r] != 0};
-      });
-}
-
-// dequantise: the raw stage -> the swizzled bf16 tile sm.kv[0]. Thread t owns chunk c = t % 64 (8
-// dims) of rows r0 + kRowsPerPass * i (r0 = t / 64), as dequantize_rows (raw_rows.cuh) does for
-// the other FP8 formats, 4 rows' raw bytes and scales loaded before they are converted and stored.
-// v41_fp8: 8 e4m3 bytes at 8 c, ue8m0 scale byte 512 + c / 4. v41_fp4: 4 code bytes at 4 c, e4m3
-// scale byte 256 + c / 2.
-template <class Shape, bool kFp4>
-__device__ __forceinline__ void dequantize_v41_rows(int thread, V41Smem<Shape>& sm) {
-  using Record = V41Record<kFp4>;
-  constexpr int kPitch = RawRow<V41RawRecord>::kPitch;
-  constexpr int kLanes = 64;
-  constexpr int kRowsPerPass = Shape::kThreads / kLanes;
-  constexpr int kRows = Shape::kBlockKeys;
-  static_assert(Shape::kChunksPerRow == kLanes, "512 dims = 64 chunks, all quantized");
-  static_assert(kRowsPerPass == 2 || kRowsPerPass == 4, "the swizzle phases assume 2 or 4");
-  constexpr int kRowsPerThread = kRows / kRowsPerPass;
-  constexpr int kBatch = 4;
-  static_assert(kRowsPerThread % kBatch == 0);
-  uint8_t* tile = sm.kv[0];
-  const int chunk = thread % kLanes;
-  const int row0 = thread / kLanes;
-  const uint32_t column_base =
-      static_cast<uint32_t>((chunk >> 3) * (Shape::kBlockKeys * 128) + row0 * 128);
-  const uint32_t swizzle = static_cast<uint32_t>(((chunk & 7) ^ (row0 & 7)) << 4);
-  auto tile_offset = [&](int i) {
-    return column_base + static_cast<uint32_t>(128 * kRowsPerPass * i) +
-           (swizzle ^ static_cast<uint32_t>(((kRowsPerPass * i) & 7) << 4));
-  };
-  const uint8_t* raw_rows = sm.raw[0] + row0 * kPitch;
-  const uint8_t* scales = raw_rows + Record::kQuantBytes + chunk * 8 / Record::kTileSize;
-  constexpr int kStep = kRowsPerPass * kPitch;
-#pragma unroll
-  for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
-    uint2 raw[kBatch];
-    uint32_t scale_byte[kBatch];
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      const int i = i0 + j;
-      if constexpr (kFp4) {
-        raw[j].x = *reinterpret_cast<const uint32_t*>(raw_rows + 4 * chunk + i * kStep);
-      } else {
-        raw[j] = *reinterpret_cast<const uint2*>(raw_rows + 8 * chunk + i * kStep);
-      }
-      scale_byte[j] = scales[i * kStep];
-    }
-#pragma unroll
-    for (int j = 0; j < kBatch; ++j) {
-      uint4 value;
-      if constexpr (kFp4) {
-        value = dequant_e2m1x8(raw[j].x, e4m3_scale_bf16x2(scale_byte[j]));
-      } else {
-        value = dequant_e4m3x8(raw[j], ue8m0_to_float(scale_byte[j]));
-      }
-      *reinterpret_cast<uint4*>(tile + tile_offset(i0 + j)) = value;
-    }
-  }
+  const V41SlotRows r = v41_rows_of(block < lists.blocks_main ? p.cache : p.extra_cache, index);
+  sm.row_ptr[thread] = r.rows.data;
+  sm.scale_ptr[thread] = r.rows.scales;
+  sm.valid[step & 1][thread] = r.valid ? 1 : 0;
 }
 
 template <class Shape>
 __device__ __forceinline__ void gather_v41_block(const detail::DecodeParams& p,
                                                  const QueryLists& lists, int block, int step,
                                                  int thread, V41Smem<Shape>& sm) {
+  const uint32_t raw = smem_u32(sm.raw[0]);
+  const uint8_t* valid = sm.valid[step & 1];
   if (block_is_fp4(p, lists, block)) {
-    gather_v41_rows<Shape, true>(step, thread, sm);
+    gather_v41_rows<Shape::kThreads, Shape::kBlockKeys, true>(raw, thread, sm.row_ptr, sm.scale_ptr,
+                                                              valid);
   } else {
-    gather_v41_rows<Shape, false>(step, thread, sm);
+    gather_v41_rows<Shape::kThreads, Shape::kBlockKeys, false>(raw, thread, sm.row_ptr,
+                                                               sm.scale_ptr, valid);
   }
 }
 
@@ -233,9 +110,9 @@ __global__ void __launch_bounds__(Shape::kThreads, kDecodeMinCtas<Shape>)
       // publishes the cp.async bytes to the threads that dequantise them.
       __syncthreads();
       if (block_is_fp4(p, lists, block)) {
-        dequantize_v41_rows<Shape, true>(thread, sm);
+        dequantize_v41_rows<Shape, true>(thread, sm, 0, 0);
       } else {
-        dequantize_v41_rows<Shape, false>(thread, sm);
+        dequantize_v41_rows<Shape, false>(thread, sm, 0, 0);
       }
       if (has_next) stage_v41_rows<Shape>(p, lists, block + 1, step + 1, thread, next_index, sm);
       __syncthreads();  // the bf16 tile is complete, the raw stage free
