@@ -27,11 +27,17 @@ std::optional<size_t> tile_twin(const DecodeTileSet& tiles, size_t i, bool warp_
   return std::nullopt;
 }
 
-// Whether the 16-row x 32-key tile of an FP8 cache runs the warp-specialised kernel (default) or
-// the split kernel's register-Q tile (SMLA_DECODE_WARP_SPECIALIZED=0, for tests and A/B runs).
+// Whether the 16-row x 32-key tile of a quantized cache runs the warp-specialised kernel (default)
+// or the split kernel's register-Q tile (SMLA_DECODE_WARP_SPECIALIZED=0, for tests and A/B runs).
 // A bf16 cache has nothing for producer warps to convert and always runs the split kernel.
 bool warp_specialized_wanted(KvCacheFormat format, const DecodeKnobs& knobs) {
   return format != KvCacheFormat::kBf16 && knobs.warp_specialized.value_or(1) == 1;
+}
+
+// The V4.1 split kernels (v41_kernel.cuh, v41_warp_specialized_kernel.cuh) have no paired path:
+// their tiles run unpaired whatever the knobs say.
+bool has_paired_path(KvCacheFormat format) {
+  return format != KvCacheFormat::kBf16 && format != KvCacheFormat::kV41Fp8;
 }
 
 // Paired head groups by default for every quantized format (bf16 caches have no gather or
@@ -50,7 +56,7 @@ int paired_clusters(const SparseDecodeProblem& problem, const DecodeTileSet& til
   // 64-row tiles only (65..128 heads): a device whose shared memory forced 32-row tiles on 33..64
   // heads would also have 2 head groups, a launch no test runs.
   if (tile.rows != 64 || decode_head_groups(problem.h_q, tile.rows) != 2 ||
-      !pairing_wanted(tile.format, knobs)) {
+      !has_paired_path(tile.format) || !pairing_wanted(tile.format, knobs)) {
     return 0;
   }
   return tiles.pair_clusters(i);
@@ -177,7 +183,8 @@ std::optional<size_t> choose_decode_tile(const DecodeTileSet& tiles, KvCacheForm
   }
   const std::optional<size_t> tile = find(choice.rows, choice.block_keys);
   // The 16 x 32 tile runs with producer warps where their kernel's shared memory (raw and bf16
-  // rings) fits: v32_fp8 180,224 B, v4_fp8 162,816 B, so sm_90 for both, the A100 for v4_fp8.
+  // rings) fits: v32_fp8 180,224 B, v4_fp8 162,816 B, V4.1 155,648 B, so sm_90 for all, the A100
+  // for v4_fp8 and V4.1.
   if (tile && warp_specialized_wanted(format, knobs)) {
     const std::optional<size_t> producers = tile_twin(tiles, *tile, true);
     if (producers && tiles.smem_bytes(*producers) <= smem_optin) return producers;

@@ -1,6 +1,6 @@
 // The CUDA back end's kernel variants (core/kernel_variant.h): the Hopper sparse prefill (sm_90
-// devices, sm_90a code), portable sm_80+ sparse prefill and sparse decode (one variant per cache
-// format), over the tile instantiations this build compiled
+// devices, sm_90a code), portable sm_80+ sparse prefill and sparse decode (one variant per main
+// cache format), over the tile instantiations this build compiled
 // (cuda/kernel_registry.h, generated from src/cuda/instantiations/kernels.py). Each variant checks
 // the device (compute capability, opt-in shared memory) in `supports`. Prefill `run` launches the
 // tile that cuda/tile_choice.h picks for h_q and the device's shared memory; decode plan and run
@@ -378,6 +378,10 @@ constexpr DecodeKernel kDecodeKernels[] = {
      portable_decode_supports<KvCacheFormat::kV4Fp8>, portable_decode_plan, portable_decode_run},
     {"portable_sparse_decode_bf16", Backend::kCuda, portable_decode_supports<KvCacheFormat::kBf16>,
      portable_decode_plan, portable_decode_run},
+    // DeepSeek V4.1: a v41_fp8 main cache, an optional v41_fp8 or v41_fp4 extra cache, either page
+    // layout each (the V4.1 split kernels, portable/sparse_decode/v41_*kernel.cuh).
+    {"portable_sparse_decode_v41fp8", Backend::kCuda,
+     portable_decode_supports<KvCacheFormat::kV41Fp8>, portable_decode_plan, portable_decode_run},
 };
 
 }  // namespace

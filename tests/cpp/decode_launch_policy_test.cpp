@@ -114,6 +114,35 @@ Picked pick(const DecodeTileSet& tiles, KvCacheFormat format, int64_t h_q, int s
   return {t.rows, t.block_keys, t.warp_specialized};
 }
 
+// V4.1 tiles (the V4.1 split kernels): the split kernel's tile choice and its warp-specialised
+// 16 x 32 tile where that is built, never paired (even forced, even where the tile set claims
+// clusters: the V4.1 kernel has no cluster path).
+TEST(DecodeLaunchPolicy, V41TilesNeverPair) {
+  std::vector<FakeTile> all = format_tiles(KvCacheFormat::kV41Fp8, 512, true);
+  for (FakeTile& t : format_tiles(KvCacheFormat::kV4Fp8, 512, true)) all.push_back(t);
+  const FakeTiles tiles(std::move(all));
+  EXPECT_EQ(pick(tiles, KvCacheFormat::kV41Fp8, 16, kSm90), (Picked{16, 32, true}));
+  EXPECT_EQ(pick(tiles, KvCacheFormat::kV41Fp8, 16, kSm90, knob(&DecodeKnobs::warp_specialized, 0)),
+            (Picked{16, 32, false}));
+  const FakeTiles split_only(format_tiles(KvCacheFormat::kV41Fp8, 512, false));
+  EXPECT_EQ(pick(split_only, KvCacheFormat::kV41Fp8, 16, kSm90), (Picked{16, 32, false}));
+  EXPECT_EQ(pick(tiles, KvCacheFormat::kV41Fp8, 64, kSm90), (Picked{64, 64, false}));
+  for (const DecodeKnobs& knobs : {DecodeKnobs{}, knob(&DecodeKnobs::pair_head_groups, 1)}) {
+    const SparseDecodeProblem p = problem(KvCacheFormat::kV41Fp8, 64, 128, 512);
+    std::string why;
+    const std::optional<size_t> i =
+        choose_decode_tile(tiles, p.format, 512, p.h_q, kSm90, knobs, &why);
+    ASSERT_TRUE(i.has_value()) << why;
+    EXPECT_EQ(tiles.tile(*i).format, KvCacheFormat::kV41Fp8);
+    DecodeLaunchShape shape;
+    ASSERT_TRUE(choose_decode_launch(p, h200(), tiles, knobs, *i, &shape).ok());
+    EXPECT_EQ(shape.clusters, 0);
+    EXPECT_EQ(shape.head_groups, 2);
+  }
+  // The v4_fp8 tiles of the same set still pair and run producers.
+  EXPECT_EQ(pick(tiles, KvCacheFormat::kV4Fp8, 16, kSm90), (Picked{16, 32, true}));
+}
+
 TEST(DecodeLaunchPolicy, RowsAndHeadGroups) {
   EXPECT_EQ(decode_rows_for(1), 16);
   EXPECT_EQ(decode_rows_for(16), 16);

@@ -34,23 +34,24 @@ class Table(unittest.TestCase):
                 self.assertIn(f"_h{k.rows}_k{k.block_keys}", k.name)
 
     def test_every_configuration_of_the_cuda_back_end(self):
-        self.assertEqual(len(KERNELS), 40)
+        self.assertEqual(len(KERNELS), 47)
         hopper = [k for k in KERNELS if k.arch == "sm90a"]
         self.assertEqual(sorted(k.name for k in hopper),
                          ["sm90a_sparse_prefill_d512", "sm90a_sparse_prefill_d576"])
         prefill = [k for k in KERNELS if k.family == "portable_sparse_prefill"]
         decode = [k for k in KERNELS if k.family == "portable_sparse_decode"]
         self.assertEqual(len(prefill), 12)  # d_qk 576 / 512 x rows 16 / 32 / 64 x keys 64 / 32
-        self.assertEqual(len(decode), 26)  # 4 (format, d_qk) x 6 tiles + 2 warp-specialised
+        self.assertEqual(len(decode), 33)  # 5 (format, d_qk) x 6 tiles + 3 warp-specialised
         self.assertEqual(
             sorted(k.name for k in decode if k.warp_specialized),
             [
                 "portable_sparse_decode_v32fp8_d576_h16_k32_warp_specialized",
+                "portable_sparse_decode_v41fp8_d512_h16_k32_warp_specialized",
                 "portable_sparse_decode_v4fp8_d512_h16_k32_warp_specialized",
             ],
         )
         # The decode variants' names (src/cuda/kernel_tables.cpp) prefix their tiles' names.
-        for variant in ("v32fp8", "v4fp8", "bf16"):
+        for variant in ("v32fp8", "v4fp8", "bf16", "v41fp8"):
             prefix = f"portable_sparse_decode_{variant}_"
             self.assertTrue(any(k.name.startswith(prefix) for k in decode))
 
@@ -67,15 +68,23 @@ class Select(unittest.TestCase):
 
     def test_deepseek_v4_is_d_qk_512_only(self):
         sel = generate.select("deepseek-v4", "90a")
-        self.assertEqual(len(sel.built), 20)  # prefill 6 + sm90a 1, v4_fp8 6 + 1, bf16 d512 6
+        # prefill 6 + sm90a 1, v4_fp8 6 + 1, bf16 d512 6, v41_fp8 6 + 1
+        self.assertEqual(len(sel.built), 27)
         self.assertTrue(all(k.d_qk == 512 for k in sel.built))
-        self.assertEqual({k.format for k in sel.built}, {"v4_fp8", "bf16"})
+        self.assertEqual({k.format for k in sel.built}, {"v4_fp8", "bf16", "v41_fp8"})
         self.assertIn("portable_sparse_decode_v4fp8_d512_h16_k32_warp_specialized", names(sel))
         self.assertEqual(len(sel.absent), 20)
         for k, why in sel.absent:
             self.assertNotEqual(k.d_qk, 512)
             self.assertIn("SMLA_KERNELS=deepseek-v4 does not select", why)
             self.assertIn(f"-DSMLA_KERNELS='deepseek-v4,{generate.group_glob(k)}'", why)
+
+    def test_deepseek_v41_is_its_decode_and_the_d512_prefill(self):
+        sel = generate.select("deepseek-v4.1", "90a")
+        self.assertEqual(len(sel.built), 14)  # prefill 6 + sm90a 1, v41_fp8 6 + 1
+        self.assertEqual({k.format for k in sel.built if k.family == "portable_sparse_decode"},
+                         {"v41_fp8"})
+        self.assertIn("portable_sparse_decode_v41fp8_d512_h16_k32_warp_specialized", names(sel))
 
     def test_globs_presets_and_spaces(self):
         sel = generate.select(
@@ -87,7 +96,7 @@ class Select(unittest.TestCase):
         )
         self.assertEqual(len(sel.built), 2 + 12)
         sel = generate.select("deepseek-v4,portable_sparse_prefill_d576_h16_k64", "80")
-        self.assertEqual(len(sel.built), 20)
+        self.assertEqual(len(sel.built), 27)
         compact16 = [
             k.name
             for k in KERNELS
@@ -155,7 +164,7 @@ class Files(unittest.TestCase):
         self.tmp.cleanup()
 
     def test_units_and_registry_agree(self):
-        for spec, prefill, decode, hopper in (("all", 12, 26, 2), ("deepseek-v4", 6, 13, 1)):
+        for spec, prefill, decode, hopper in (("all", 12, 33, 2), ("deepseek-v4", 6, 20, 1)):
             out = self.write(spec)
             units = sorted(p.stem for p in (out / "instantiations").glob("*.cu"))
             self.assertEqual(len(units), prefill + decode + hopper)
@@ -164,11 +173,11 @@ class Files(unittest.TestCase):
             self.assertIn(f"std::array<DecodeEntry, {decode}> kPortableDecodeEntries", inc)
             self.assertIn(f"std::array<Sm90aPrefillEntry, {hopper}> kSm90aPrefillEntries", inc)
             built = prefill + decode + hopper
-            self.assertIn(f"std::array<AbsentKernel, {40 - built}> kAbsentKernels", inc)
+            self.assertIn(f"std::array<AbsentKernel, {47 - built}> kAbsentKernels", inc)
             entries, absent = inc.split("kAbsentKernels")
             self.assertEqual(sorted(re.findall(r'^    \{\{?"([a-z0-9_]+)"', entries, re.M)), units)
             absent_rows = re.findall(r'^    \{"([a-z0-9_]+)"', absent, re.M)
-            self.assertEqual(len(absent_rows), 40 - len(units))
+            self.assertEqual(len(absent_rows), 47 - len(units))
             cmake = (out / "kernels.cmake").read_text()
             self.assertIn(f"set(SMLA_KERNELS_BUILT {built})", cmake)
             self.assertIn("sm90a_sparse_prefill_d512.cu", cmake)
@@ -182,6 +191,12 @@ class Files(unittest.TestCase):
             "template Status launch_portable_sparse_decode<KvCacheFormat::kV4Fp8, 512, 64, 32>(",
             unit,
         )
+        unit = (units / "portable_sparse_decode_v41fp8_d512_h16_k32.cu").read_text()
+        self.assertIn('#include "cuda/portable/sparse_decode/v41_kernel.cuh"', unit)
+        self.assertIn("template Status launch_v41_sparse_decode<16, 32>(", unit)
+        unit = (units / "portable_sparse_decode_v41fp8_d512_h16_k32_warp_specialized.cu").read_text()
+        self.assertIn('#include "cuda/portable/sparse_decode/v41_warp_specialized_kernel.cuh"', unit)
+        self.assertIn("template Status launch_v41_warp_specialized_decode<16, 32>(", unit)
         unit = (units / "portable_sparse_prefill_d576_h16_k32.cu").read_text()
         self.assertIn("template int prefill_smem_bytes<576, 16, 32>();", unit)
 
@@ -193,7 +208,7 @@ class Files(unittest.TestCase):
         gone = out / "instantiations" / "portable_sparse_prefill_d576_h16_k64.cu"
         self.assertFalse(gone.exists())
         self.assertEqual(kept.stat().st_mtime_ns, before)
-        self.assertEqual(len(list((out / "instantiations").glob("*.cu"))), 20)
+        self.assertEqual(len(list((out / "instantiations").glob("*.cu"))), 27)
 
     def test_command_line(self):
         self.assertEqual(generate.main(["--list", "--kernels", "portable_sparse_prefill_d5*"]), 0)

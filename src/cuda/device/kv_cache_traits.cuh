@@ -72,4 +72,42 @@ struct KvTraits<KvCacheFormat::kBf16, kDqkValue> {
   static constexpr int kTailDims = kDqkValue;
 };
 
+// DeepSeek V4.1 records (SPEC §4), all 512 dims quantized, no bf16 tail; one specialisation per
+// (format, page layout), checked against kv_cache_format_info(format, layout) by the host test.
+// Addressing, with block and t as above:
+//   page_split         data   = base + block * block_stride + t * kDataRowBytes (512 / 256)
+//                      scales = base + block * block_stride + pbs * kDataRowBytes + t *
+//                      kScaleRowBytes
+//   token_interleaved  data   = base + block * block_stride + t * kRecordBytes (528 / 288)
+//                      scales = data + kScaleOffset (512 / 256)
+// Either way a token is kQuantBytes of values and kNumScales scale bytes, which the decode kernels
+// gather into one kRecordBytes raw row [values | scales] (the token_interleaved record).
+template <KvCacheFormat kFormatValue, KvLayout kLayoutValue>
+struct V41Traits {
+  static_assert(kFormatValue == KvCacheFormat::kV41Fp8 || kFormatValue == KvCacheFormat::kV41Fp4);
+  static_assert(kLayoutValue == KvLayout::kPageSplit ||
+                kLayoutValue == KvLayout::kTokenInterleaved);
+  static constexpr KvCacheFormat kFormat = kFormatValue;
+  static constexpr KvLayout kLayout = kLayoutValue;
+  static constexpr bool kFp4 = kFormatValue == KvCacheFormat::kV41Fp4;
+  static constexpr int kDqk = 512;
+  static constexpr ValueEncoding kValueEncoding =
+      kFp4 ? ValueEncoding::kE2m1 : ValueEncoding::kE4m3;
+  static constexpr int kQuantDims = 512;
+  static constexpr int kQuantBytes = kFp4 ? 256 : 512;
+  static constexpr int kTileSize = kFp4 ? 16 : 32;
+  static constexpr int kNumScales = kFp4 ? 32 : 16;
+  static constexpr ScaleEncoding kScaleEncoding =
+      kFp4 ? ScaleEncoding::kE4m3 : ScaleEncoding::kUe8m0;
+  static constexpr int kScaleBytes = 1;
+  static constexpr int kRecordBytes = kQuantBytes + kNumScales * kScaleBytes;  // 528 / 288
+  static constexpr bool kScalesInRow = kLayoutValue == KvLayout::kTokenInterleaved;
+  static constexpr int kDataRowBytes = kScalesInRow ? kRecordBytes : kQuantBytes;
+  static constexpr int kScaleOffset = kScalesInRow ? kQuantBytes : 0;
+  static constexpr int kScaleRowBytes = kScalesInRow ? 0 : kNumScales * kScaleBytes;
+  static constexpr int kTailOffset = kQuantBytes;  // no tail: 0 bf16 values from here
+  static constexpr int kTailDims = 0;
+  static constexpr int kBlockAlignment = kScalesInRow ? kRecordBytes : kQuantBytes;
+};
+
 }  // namespace sparse_mla::cuda

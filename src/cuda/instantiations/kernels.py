@@ -23,7 +23,13 @@ FORMATS = {
     "v32_fp8": ("kV32Fp8", "v32fp8"),
     "v4_fp8": ("kV4Fp8", "v4fp8"),
     "bf16": ("kBf16", "bf16"),
+    "v41_fp8": ("kV41Fp8", "v41fp8"),
 }
+
+# Decode formats whose rows run the V4.1 split kernels (v41_kernel.cuh; the warp-specialised tile
+# v41_warp_specialized_kernel.cuh): a v41_fp8 main cache with a v41_fp8 or v41_fp4 extra cache,
+# either page layout each (runtime arguments of one kernel).
+V41_FORMATS = ("v41_fp8",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,6 +93,8 @@ def _prefill_args(k: Kernel) -> str:
 
 
 def _decode_args(k: Kernel) -> str:
+    if k.format in V41_FORMATS:
+        return f"{k.rows}, {k.block_keys}"
     if k.warp_specialized:
         return f"{k.format_enum}, {k.d_qk}"
     return f"{k.format_enum}, {k.d_qk}, {k.rows}, {k.block_keys}"
@@ -94,6 +102,15 @@ def _decode_args(k: Kernel) -> str:
 
 def _decode_instantiations(k: Kernel) -> list[str]:
     a = _decode_args(k)
+    if k.format in V41_FORMATS:
+        v41 = "v41_warp_specialized" if k.warp_specialized else "v41"
+        launch = "v41_warp_specialized_decode" if k.warp_specialized else "v41_sparse_decode"
+        return [
+            f"template int {v41}_decode_smem_bytes<{a}>();",
+            f"template int {v41}_decode_ctas_per_sm<{a}>();",
+            f"template Status launch_{launch}<{a}>(",
+            "    const DecodeLaunch&, cudaStream_t);",
+        ]
     if k.warp_specialized:
         return [
             f"template int warp_specialized_decode_smem_bytes<{a}>();",
@@ -117,7 +134,16 @@ def _decode_entry(k: Kernel) -> str:
         f"{'true' if k.warp_specialized else 'false'}}}"
     )
     pd = "portable_decode::"
-    if k.warp_specialized:
+    if k.format in V41_FORMATS:
+        v41 = "v41_warp_specialized" if k.warp_specialized else "v41"
+        launch = "v41_warp_specialized_decode" if k.warp_specialized else "v41_sparse_decode"
+        fns = [
+            f"{pd}launch_{launch}<{a}>",
+            f"{pd}{v41}_decode_smem_bytes<{a}>",
+            f"{pd}{v41}_decode_ctas_per_sm<{a}>",
+            "no_pair_clusters",
+        ]
+    elif k.warp_specialized:
         fns = [
             f"{pd}launch_warp_specialized_decode<{a}>",
             f"{pd}warp_specialized_decode_smem_bytes<{a}>",
@@ -160,7 +186,11 @@ FAMILIES: dict[str, Family] = {
     "portable_sparse_decode": Family(
         has_format=True,
         kernel_header=lambda k: (
-            "cuda/portable/sparse_decode/warp_specialized_kernel.cuh"
+            "cuda/portable/sparse_decode/v41_warp_specialized_kernel.cuh"
+            if k.format in V41_FORMATS and k.warp_specialized
+            else "cuda/portable/sparse_decode/v41_kernel.cuh"
+            if k.format in V41_FORMATS
+            else "cuda/portable/sparse_decode/warp_specialized_kernel.cuh"
             if k.warp_specialized
             else "cuda/portable/sparse_decode/kernel.cuh"
         ),
@@ -168,8 +198,9 @@ FAMILIES: dict[str, Family] = {
         instantiations=_decode_instantiations,
         describe=lambda k: (
             f"{'Warp-specialised' if k.warp_specialized else 'Portable'} sparse decode split "
-            f"kernel, {k.format} cache, d_qk {k.d_qk}, {k.rows} head rows per CTA, "
-            f"{k.block_keys} keys per block."
+            f"kernel, {k.format} cache"
+            f"{' (extra cache v41_fp8 or v41_fp4, either layout)' if k.format in V41_FORMATS else ''}"
+            f", d_qk {k.d_qk}, {k.rows} head rows per CTA, {k.block_keys} keys per block."
         ),
         launch_header="cuda/portable/sparse_decode/launch.h",
         registry="kPortableDecodeEntries",
@@ -220,7 +251,14 @@ KERNELS: list[Kernel] = (
         for rows in ROWS
         for keys in BLOCK_KEYS
     ]
-    # The warp-specialised 16-row x 32-key decode tile, FP8 caches only (a bf16 cache has no
+    # The V4.1 split kernel: every tile of the split kernel (its warp-specialised 16 x 32 tile is
+    # with the other formats' below).
+    + [
+        Kernel("portable_sparse_decode", format="v41_fp8", d_qk=512, rows=rows, block_keys=keys)
+        for rows in ROWS
+        for keys in BLOCK_KEYS
+    ]
+    # The warp-specialised 16-row x 32-key decode tile, quantized caches only (a bf16 cache has no
     # conversion to move into producer warps). Chosen through, and falling back to, the split
     # kernel's 16 x 32 tile of the same format (its twin), so selecting it selects the twin too.
     + [
@@ -232,7 +270,7 @@ KERNELS: list[Kernel] = (
             block_keys=32,
             warp_specialized=True,
         )
-        for fmt, dqk in (("v32_fp8", 576), ("v4_fp8", 512))
+        for fmt, dqk in (("v32_fp8", 576), ("v4_fp8", 512), ("v41_fp8", 512))
     ]
     # The Hopper prefill: one tile (64 head rows, 64-key blocks) per d_qk, sm_90a code only.
     + [Kernel("sm90a_sparse_prefill", d_qk=dqk, arch="sm90a") for dqk in (576, 512)]
@@ -241,6 +279,12 @@ KERNELS: list[Kernel] = (
 # SMLA_KERNELS presets: a name that stands for the rows its predicate accepts.
 PRESETS: dict[str, tuple[str, Callable[[Kernel], bool]]] = {
     "all": ("every kernel configuration", lambda k: True),
-    # DeepSeek V4 attends with d_qk 512: the v4_fp8 and bf16 caches in decode, prefill at 512.
-    "deepseek-v4": ("d_qk 512 only (DeepSeek V4)", lambda k: k.d_qk == 512),
+    # DeepSeek V4 attends with d_qk 512: the v4_fp8, V4.1 and bf16 caches in decode, prefill at
+    # 512.
+    "deepseek-v4": ("d_qk 512 only (DeepSeek V4 and V4.1)", lambda k: k.d_qk == 512),
+    # DeepSeek V4.1 only: its decode caches and the d_qk 512 prefill.
+    "deepseek-v4.1": (
+        "DeepSeek V4.1: the V4.1 decode kernels and the d_qk 512 prefill",
+        lambda k: k.d_qk == 512 and (k.format in V41_FORMATS or not FAMILIES[k.family].has_format),
+    ),
 }

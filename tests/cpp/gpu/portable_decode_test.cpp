@@ -1,6 +1,7 @@
 // GPU tests of the portable sparse decode path (planner -> split kernel -> combine, through
 // plan_sparse_decode / sparse_decode with Backend::kCuda) against the CPU reference on the SPEC §5
-// recipe: v32_fp8, v4_fp8 and bf16 caches, h_q 1..128, s_q 1..8, topk_length per request and
+// recipe: v32_fp8, v4_fp8, bf16 and V4.1 caches (v41_fp8 main, v41_fp8 / v41_fp4 extra, both page
+// layouts), h_q 1..128, s_q 1..8, topk_length per request and
 // per token, extra cache with its own page size, odd page sizes, empty requests, b = 321, and the
 // kReuse path. Also checks (without a GPU) that the kernels' compile-time format traits match the
 // host traits table.
@@ -52,22 +53,69 @@ void expect_traits_match(int d_qk) {
                                  : Traits::kDataRowBytes + Traits::kScaleRowBytes);
 }
 
+// A V4.1 record's device traits (one per format and page layout) against the host table's row.
+template <class Traits>
+void expect_v41_traits_match() {
+  const KvCacheFormatInfo& info = kv_cache_format_info(Traits::kFormat, Traits::kLayout);
+  SCOPED_TRACE(std::string(info.name) + " " + kv_layout_name(Traits::kLayout));
+  ASSERT_EQ(info.format, Traits::kFormat) << "the host table has no such row";
+  EXPECT_EQ(info.layout, Traits::kLayout);
+  EXPECT_EQ(Traits::kDqk, info.d_qk);
+  EXPECT_EQ(Traits::kRecordBytes, info.bytes_per_token);
+  EXPECT_EQ(Traits::kValueEncoding, info.value_encoding);
+  EXPECT_EQ(Traits::kQuantDims, info.quantized_dims);
+  EXPECT_EQ(Traits::kQuantBytes, info.quantized_bytes);
+  EXPECT_EQ(Traits::kTileSize, info.tile_size);
+  EXPECT_EQ(Traits::kNumScales, info.num_scales);
+  EXPECT_EQ(Traits::kScaleEncoding, info.scale_encoding);
+  EXPECT_EQ(Traits::kScaleBytes, info.scale_bytes);
+  EXPECT_EQ(Traits::kDataRowBytes, info.data_row_bytes);
+  EXPECT_EQ(Traits::kScalesInRow, info.layout == KvLayout::kTokenInterleaved);
+  EXPECT_EQ(Traits::kScaleOffset, info.scale_offset_in_row);
+  EXPECT_EQ(Traits::kScaleRowBytes, info.scale_row_bytes);
+  EXPECT_EQ(Traits::kTailOffset, info.tail_offset);
+  EXPECT_EQ(Traits::kQuantDims + Traits::kTailDims, info.d_qk);
+  EXPECT_EQ(Traits::kBlockAlignment, info.block_alignment);
+  EXPECT_EQ(kv_cache_bytes_per_token(Traits::kFormat, 512), Traits::kRecordBytes);
+  // The smallest block stride the kernels' addressing assumes: page_split's data rows then scale
+  // rows, rounded up to the alignment; token_interleaved's records back to back.
+  for (int64_t pbs : {1, 2, 53, 64, 256}) {
+    const int64_t bytes = pbs * Traits::kRecordBytes;
+    const int64_t align = Traits::kBlockAlignment;
+    EXPECT_EQ(kv_cache_min_block_stride(Traits::kFormat, pbs, 512, Traits::kLayout),
+              (bytes + align - 1) / align * align)
+        << "page_block_size " << pbs;
+  }
+}
+
 TEST(PortableDecodeTraits, MatchHostTable) {
   expect_traits_match<cuda::KvTraits<KvCacheFormat::kV32Fp8, 576>>(576);
   expect_traits_match<cuda::KvTraits<KvCacheFormat::kV4Fp8, 512>>(512);
   expect_traits_match<cuda::KvTraits<KvCacheFormat::kBf16, 576>>(576);
   expect_traits_match<cuda::KvTraits<KvCacheFormat::kBf16, 512>>(512);
+  expect_v41_traits_match<cuda::V41Traits<KvCacheFormat::kV41Fp8, KvLayout::kPageSplit>>();
+  expect_v41_traits_match<cuda::V41Traits<KvCacheFormat::kV41Fp8, KvLayout::kTokenInterleaved>>();
+  expect_v41_traits_match<cuda::V41Traits<KvCacheFormat::kV41Fp4, KvLayout::kPageSplit>>();
+  expect_v41_traits_match<cuda::V41Traits<KvCacheFormat::kV41Fp4, KvLayout::kTokenInterleaved>>();
 }
 
 std::string describe(const verify::DecodeRecipe& r) {
-  std::string s = std::string(kv_cache_format_name(r.format)) + " b " + std::to_string(r.b) +
-                  " s_q " + std::to_string(r.s_q) + " h_q " + std::to_string(r.h_q) + " topk " +
-                  std::to_string(r.topk) + " page " + std::to_string(r.page_block_size);
+  std::string s =
+      std::string(kv_cache_format_name(r.format)) +
+      (r.kv_layout != KvLayout::kDefault ? std::string(" ") + kv_layout_name(r.kv_layout)
+                                         : std::string()) +
+      " b " + std::to_string(r.b) + " s_q " + std::to_string(r.s_q) + " h_q " +
+      std::to_string(r.h_q) + " topk " + std::to_string(r.topk) + " page " +
+      std::to_string(r.page_block_size);
   if (r.d_qk != 0) s += " d_qk " + std::to_string(r.d_qk);
   if (r.topk_length) s += r.topk_length_per_token ? " topk_length[b,s_q]" : " topk_length[b]";
   if (r.extra_cache) {
-    s += " extra " + std::to_string(r.extra_topk) + " page " +
-         std::to_string(r.extra_page_block_size);
+    s += " extra";
+    if (r.extra_format) s += std::string(" ") + kv_cache_format_name(*r.extra_format);
+    if (r.extra_kv_layout != KvLayout::kDefault) {
+      s += std::string(" ") + kv_layout_name(r.extra_kv_layout);
+    }
+    s += " " + std::to_string(r.extra_topk) + " page " + std::to_string(r.extra_page_block_size);
   }
   return s + (r.attn_sink ? " sink" : "") + (r.padded_strides ? " padded" : "");
 }
@@ -191,7 +239,10 @@ void check_case(const verify::DecodeRecipe& recipe) {
   const char* pair_env = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
   const bool pair_wanted = pair_env == nullptr || std::string(pair_env) != "0";
   const bool two_wide_groups = plan.head_groups == 2 && plan.rows_per_cta == 64;
-  const bool may_pair = recipe.format != KvCacheFormat::kBf16 && two_wide_groups && pair_wanted;
+  // The V4.1 split kernels have no paired path.
+  const bool v41 = recipe.format == KvCacheFormat::kV41Fp8;
+  const bool may_pair =
+      recipe.format != KvCacheFormat::kBf16 && !v41 && two_wide_groups && pair_wanted;
   if (!may_pair) EXPECT_FALSE(plan.paired_head_groups) << plan.reason;
   if (may_pair && device.cc_major == 9 && SMLA_TEST_BUILD_HAS_SM90_CODE) {
     EXPECT_TRUE(plan.paired_head_groups) << plan.reason;
@@ -403,6 +454,156 @@ INSTANTIATE_TEST_SUITE_P(Formats, PortableDecode,
                          [](const ::testing::TestParamInfo<FormatCase>& info) {
                            return info.param.name;
                          });
+
+// ---- DeepSeek V4.1 ------------------------------------------------------------------------
+
+// A v41_fp8 main cache in one page layout, with no extra cache or a v41_fp8 / v41_fp4 one in
+// either layout (SPEC §3: each cache its own page size).
+struct V41Case {
+  KvLayout layout;
+  bool extra;
+  KvCacheFormat extra_format;
+  KvLayout extra_layout;
+  const char* name;
+};
+void PrintTo(const V41Case& c, std::ostream* os) { *os << c.name; }
+
+class V41Decode : public ::testing::TestWithParam<V41Case> {
+ protected:
+  verify::DecodeRecipe base() const {
+    const V41Case& c = GetParam();
+    verify::DecodeRecipe r;
+    r.format = KvCacheFormat::kV41Fp8;
+    r.kv_layout = c.layout;
+    r.extra_cache = c.extra;
+    if (c.extra) {
+      r.extra_format = c.extra_format;
+      r.extra_kv_layout = c.extra_layout;
+    }
+    // V4.1's shapes: window page 256 + compressed page 64, window list 128 + drafts padded (192).
+    r.page_block_size = 256;
+    r.extra_page_block_size = 64;
+    r.topk = 192;
+    r.extra_topk = 512;
+    return r;
+  }
+};
+
+// 8 / 16 / 64 / 128 heads (every tile, 128 = two 64-row head groups) x s_q 1 + drafts (draft
+// verification: 1, 2, 4, 6 tokens, topk_length per token); then partial head groups (1, 24, 100
+// heads) at 3 and 8 tokens.
+TEST_P(V41Decode, HeadCountsAndDraftTokens) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int64_t h_q : {1, 8, 16, 24, 64, 100, 128}) {
+    const bool tp_shard = h_q == 8 || h_q == 16 || h_q == 64 || h_q == 128;
+    for (int64_t s_q : tp_shard ? std::vector<int64_t>{1, 2, 4, 6} : std::vector<int64_t>{3, 8}) {
+      verify::DecodeRecipe r = base();
+      r.b = 2;
+      r.s_q = s_q;
+      r.h_q = h_q;
+      r.topk_length_per_token = s_q > 1;
+      r.extra_topk_length_per_token = s_q > 2;
+      r.seed = 100 * h_q + s_q;
+      check_case(r);
+    }
+  }
+}
+
+// Odd page sizes of each cache (1, 2, 53, 61, 69, 576), topk not a multiple of the block, sinks
+// and padded strides (the recipe's defaults), invalid indices and NaN-poisoned rows.
+TEST_P(V41Decode, OddPagesAndShortLists) {
+  SMLA_SKIP_WITHOUT_GPU();
+  struct Pages {
+    int64_t main, extra, topk, extra_topk, h_q;
+  };
+  for (Pages pg : {Pages{1, 2, 37, 64, 16}, Pages{53, 61, 64, 130, 64}, Pages{69, 576, 100, 37, 8},
+                   Pages{576, 1, 1, 100, 128}}) {
+    verify::DecodeRecipe r = base();
+    r.b = 3;
+    r.s_q = 2;
+    r.h_q = pg.h_q;
+    r.page_block_size = pg.main;
+    r.extra_page_block_size = pg.extra;
+    r.topk = pg.topk;
+    r.extra_topk = pg.extra_topk;
+    r.topk_length_per_token = true;
+    r.seed = pg.main * 7 + pg.extra;
+    check_case(r);
+    r.topk_length = false;
+    r.extra_topk_length = false;
+    r.attn_sink = false;
+    r.padded_strides = false;
+    check_case(r);
+  }
+}
+
+// Long lists over few queries (every query split across parts, the combine path) and many
+// requests (several queries per part, zero-length ones).
+TEST_P(V41Decode, SplitQueriesAndManyRequests) {
+  SMLA_SKIP_WITHOUT_GPU();
+  verify::DecodeRecipe r = base();
+  r.b = 2;
+  r.s_q = 1;
+  r.h_q = 64;
+  r.topk = 1024;
+  r.extra_topk = 2048;
+  r.empty_queries = false;
+  r.seed = 2048;
+  check_case(r);
+  r = base();
+  r.b = 129;
+  r.s_q = 1;
+  r.h_q = 16;
+  r.topk = 128;
+  r.extra_topk = 64;
+  r.seed = 129;
+  check_case(r);
+}
+
+// Main and extra caches past 2^31 bytes (64-token pages): 64-bit page offsets in both records'
+// addressing. Only for the fp4-extra pairs of one layout (each case holds ~4.5 GiB).
+TEST_P(V41Decode, CachesBeyondTwoGigabytes) {
+  SMLA_SKIP_WITHOUT_GPU();
+  const V41Case& c = GetParam();
+  if (!c.extra || c.extra_format != KvCacheFormat::kV41Fp4 || c.layout != c.extra_layout) {
+    GTEST_SKIP() << "run for the v41_fp4-extra pairs of one layout only";
+  }
+  verify::DecodeRecipe r = base();
+  r.b = 2;
+  r.s_q = 2;
+  r.h_q = 64;
+  r.topk = 256;
+  r.extra_topk = 256;
+  r.page_block_size = 64;
+  r.extra_page_block_size = 64;
+  r.num_blocks =
+      (int64_t{9} << 28) / kv_cache_min_block_stride(KvCacheFormat::kV41Fp8, 64, 512, c.layout) + 1;
+  r.extra_num_blocks =
+      (int64_t{9} << 28) / kv_cache_min_block_stride(KvCacheFormat::kV41Fp4, 64, 512, c.layout) + 1;
+  r.seed = 4096;
+  check_case(r);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Caches, V41Decode,
+    ::testing::Values(V41Case{KvLayout::kPageSplit, false, KvCacheFormat::kV41Fp8,
+                              KvLayout::kDefault, "page_split"},
+                      V41Case{KvLayout::kTokenInterleaved, false, KvCacheFormat::kV41Fp8,
+                              KvLayout::kDefault, "token_interleaved"},
+                      V41Case{KvLayout::kPageSplit, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kPageSplit, "page_split_fp4_page_split"},
+                      V41Case{KvLayout::kPageSplit, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kTokenInterleaved, "page_split_fp4_token_interleaved"},
+                      V41Case{KvLayout::kTokenInterleaved, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kPageSplit, "token_interleaved_fp4_page_split"},
+                      V41Case{KvLayout::kTokenInterleaved, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kTokenInterleaved,
+                              "token_interleaved_fp4_token_interleaved"},
+                      V41Case{KvLayout::kPageSplit, true, KvCacheFormat::kV41Fp8,
+                              KvLayout::kTokenInterleaved, "page_split_fp8_token_interleaved"},
+                      V41Case{KvLayout::kTokenInterleaved, true, KvCacheFormat::kV41Fp8,
+                              KvLayout::kPageSplit, "token_interleaved_fp8_page_split"}),
+    [](const ::testing::TestParamInfo<V41Case>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace sparse_mla

@@ -76,6 +76,23 @@ TEST(TileChoice, H200RunsTheNaturalTiles) {
   expect_tile(choose_tile(16, 64, 0, kSm90, prefill_smem<512>()), 16, 64, kSm90);
 }
 
+// The V4.1 split kernel's tiles (raw pitch 528 B: smaller than v4_fp8's) take the tiles v4_fp8
+// takes on each device class (docs/kernels/portable_sparse_decode.md).
+TEST(TileChoice, V41TilesFollowTheV4Choices) {
+  SMLA_SKIP_UNLESS_ALL_KERNELS();
+  const auto v41 = decode_smem<KvCacheFormat::kV41Fp8, 512>();
+  const auto v4 = decode_smem<KvCacheFormat::kV4Fp8, 512>();
+  for (const int smem_optin : {kSm89, kSm80, kSm90}) {
+    for (const int rows : {16, 32, 64}) {
+      const TileChoice a = choose_tile(rows, rows == 16 ? 32 : 64, 0, smem_optin, v41);
+      const TileChoice b = choose_tile(rows, rows == 16 ? 32 : 64, 0, smem_optin, v4);
+      EXPECT_EQ(a.rows, b.rows) << rows << " rows, " << smem_optin << " B";
+      EXPECT_EQ(a.block_keys, b.block_keys) << rows << " rows, " << smem_optin << " B";
+      EXPECT_LT(a.smem_bytes, b.smem_bytes);
+    }
+  }
+}
+
 TEST(TileChoice, ForcedKeysWinWhereTheyFit) {
   SMLA_SKIP_UNLESS_ALL_KERNELS();
   const auto v4 = decode_smem<KvCacheFormat::kV4Fp8, 512>();
@@ -115,6 +132,7 @@ TEST(TileChoice, EveryShapeRunsOnEveryDeviceClass) {
       decode_smem<KvCacheFormat::kV4Fp8, 512>(),
       decode_smem<KvCacheFormat::kBf16, 576>(),
       decode_smem<KvCacheFormat::kBf16, 512>(),
+      decode_smem<KvCacheFormat::kV41Fp8, 512>(),
       prefill_smem<576>(),
       prefill_smem<512>(),
   };

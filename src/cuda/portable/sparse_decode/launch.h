@@ -65,4 +65,28 @@ int warp_specialized_decode_ctas_per_sm();
 template <KvCacheFormat kFormat, int kDqk>
 Status launch_warp_specialized_decode(const DecodeLaunch& launch, cudaStream_t stream);
 
+// The V4.1 split kernel (v41_kernel.cuh): a v41_fp8 main cache (d_qk 512) with an optional
+// v41_fp8 or v41_fp4 extra cache, each cache in either page layout (read from the call's
+// KvCacheParams). Same launch (grid (num_parts, head groups)), schedule and workspace as the split
+// kernel; never paired.
+template <int kRows, int kBlockKeys>
+int v41_decode_smem_bytes();
+
+template <int kRows, int kBlockKeys>
+int v41_decode_ctas_per_sm();
+
+template <int kRows, int kBlockKeys>
+Status launch_v41_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream);
+
+// Its warp-specialised 16 x 32 tile (v41_warp_specialized_kernel.cuh; kRows 16, kBlockKeys 32):
+// the warp-specialised kernel's roles and launch with the V4.1 producers.
+template <int kRows, int kBlockKeys>
+int v41_warp_specialized_decode_smem_bytes();
+
+template <int kRows, int kBlockKeys>
+int v41_warp_specialized_decode_ctas_per_sm();
+
+template <int kRows, int kBlockKeys>
+Status launch_v41_warp_specialized_decode(const DecodeLaunch& launch, cudaStream_t stream);
+
 }  // namespace sparse_mla::cuda::portable_decode
