@@ -246,26 +246,35 @@ class BuiltDecodeTiles final : public cuda::DecodeTileSet {
   int device_;
 };
 
+// The format of the kernel-table rows that serve a main cache of `format`: the V4.1 kernels
+// (v41_fp8 rows) read either V4.1 record in either cache, a v41_fp4 main cache included.
+KvCacheFormat decode_kernel_format(KvCacheFormat format) {
+  return format == KvCacheFormat::kV41Fp4 ? KvCacheFormat::kV41Fp8 : format;
+}
+
 // The decode tile for `problem` on a device (decode_launch_policy.h), or nullopt with *why_not.
 std::optional<size_t> decode_tile(const BuiltDecodeTiles& tiles, const SparseDecodeProblem& problem,
                                   const DeviceLimits& limits, std::string* why_not) {
   if (!knobs_valid(why_not)) return std::nullopt;
-  if (!cuda::has_decode_tiles(tiles, problem.format, problem.d_qk)) {
-    if (const char* why =
-            cuda::why_not_built("portable_sparse_decode", problem.format, problem.d_qk)) {
+  const KvCacheFormat format = decode_kernel_format(problem.format);
+  if (!cuda::has_decode_tiles(tiles, format, problem.d_qk)) {
+    if (const char* why = cuda::why_not_built("portable_sparse_decode", format, problem.d_qk)) {
       *why_not = std::string(kv_cache_format_name(problem.format)) + " d_qk " +
                  std::to_string(problem.d_qk) + " decode kernels are not in this build: " + why;
       return std::nullopt;
     }
   }
-  return cuda::choose_decode_tile(tiles, problem.format, problem.d_qk, problem.h_q,
-                                  limits.smem_optin, decode_knobs(), why_not);
+  return cuda::choose_decode_tile(tiles, format, problem.d_qk, problem.h_q, limits.smem_optin,
+                                  decode_knobs(), why_not);
 }
 
 template <KvCacheFormat kFormat>
 bool portable_decode_supports(const SparseDecodeProblem& problem, std::string* why_not) {
-  if (problem.format != kFormat) {
-    *why_not = std::string("serves the ") + kv_cache_format_name(kFormat) + " cache format only";
+  if (decode_kernel_format(problem.format) != kFormat) {
+    *why_not =
+        kFormat == KvCacheFormat::kV41Fp8
+            ? std::string("serves v41_fp8 and v41_fp4 main caches only")
+            : std::string("serves the ") + kv_cache_format_name(kFormat) + " cache format only";
     return false;
   }
   if (!problem.device.is_cuda()) {
@@ -378,8 +387,9 @@ constexpr DecodeKernel kDecodeKernels[] = {
      portable_decode_supports<KvCacheFormat::kV4Fp8>, portable_decode_plan, portable_decode_run},
     {"portable_sparse_decode_bf16", Backend::kCuda, portable_decode_supports<KvCacheFormat::kBf16>,
      portable_decode_plan, portable_decode_run},
-    // DeepSeek V4.1: a v41_fp8 main cache, an optional v41_fp8 or v41_fp4 extra cache, either page
-    // layout each (the V4.1 split kernels, portable/sparse_decode/v41_*kernel.cuh).
+    // DeepSeek V4.1: a v41_fp8 (or v41_fp4) main cache, an optional v41_fp8 or v41_fp4 extra
+    // cache, either page layout each (the V4.1 split kernels,
+    // portable/sparse_decode/v41_*kernel.cuh).
     {"portable_sparse_decode_v41fp8", Backend::kCuda,
      portable_decode_supports<KvCacheFormat::kV41Fp8>, portable_decode_plan, portable_decode_run},
 };

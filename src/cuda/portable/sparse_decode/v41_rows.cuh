@@ -53,10 +53,12 @@ __device__ __forceinline__ SlotRows v41_slot_rows(const detail::KvCacheParams& c
   return rows;
 }
 
-// Whether block `block` of a query reads v41_fp4 records (extra blocks of a v41_fp4 extra cache).
+// Whether block `block` of a query reads v41_fp4 records (blocks of a v41_fp4 cache: the extra
+// cache's of V4.1, or a v41_fp4 main cache's).
 __device__ __forceinline__ bool block_is_fp4(const detail::DecodeParams& p, const QueryLists& lists,
                                              int block) {
-  return block >= lists.blocks_main && p.extra_cache.format == KvCacheFormat::kV41Fp4;
+  const KvCacheFormat format = block < lists.blocks_main ? p.cache.format : p.extra_cache.format;
+  return format == KvCacheFormat::kV41Fp4;
 }
 
 // load (addresses) of a block's slot: its cache's data row and scale row by the cache's format
