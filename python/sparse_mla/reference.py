@@ -53,10 +53,13 @@ def _attend(
     rows = torch.where(valid[:, :, None], rows, torch.zeros((), dtype=rows.dtype))
     scores = torch.einsum("nhd,nkd->nhk", q, rows) * scale
     scores = scores.masked_fill(~valid[:, None, :], -math.inf)
-    max_logits = scores.amax(dim=-1)
+    # A NaN score (a valid slot whose row holds NaN) makes lse and out NaN; max_logits skips it, as
+    # the library's C++ reference (std::max) and its kernels' running max (fmaxf) do.
+    max_logits = scores.masked_fill(scores.isnan(), -math.inf).amax(dim=-1)
     lse = torch.logsumexp(scores, dim=-1)
     empty = ~valid.any(dim=-1)  # [n]: no valid slot
-    weights = torch.exp(scores - lse[..., None]).nan_to_num(nan=0.0)
+    # Empty rows have lse -inf (exp(-inf - -inf) is NaN): their weights are 0.
+    weights = torch.exp(scores - lse[..., None]).masked_fill(empty[:, None, None], 0.0)
     out = torch.einsum("nhk,nkd->nhd", weights, rows[:, :, :d_v])
     if attn_sink is not None:
         sink = attn_sink.to(torch.float64)
