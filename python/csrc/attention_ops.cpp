@@ -76,14 +76,12 @@ std::optional<KvCacheView> extra_cache_view(const char* op, const std::optional<
 }
 
 // The decode arguments without outputs (out/lse are set by the caller).
-SparseDecodeArgs decode_inputs(const char* op, const at::Tensor& q, const at::Tensor& kv_cache,
-                               const at::Tensor& indices,
-                               const std::optional<at::Tensor>& topk_length,
-                               const std::optional<at::Tensor>& attn_sink,
-                               const std::optional<at::Tensor>& extra_kv_cache,
-                               const std::optional<at::Tensor>& extra_indices,
-                               const std::optional<at::Tensor>& extra_topk_length,
-                               const CacheNames& names, int64_t d_v, StagedCaches* staged) {
+SparseDecodeArgs decode_inputs(
+    const char* op, const at::Tensor& q, const at::Tensor& kv_cache, const at::Tensor& indices,
+    const std::optional<at::Tensor>& topk_length, const std::optional<at::Tensor>& attn_sink,
+    const std::optional<at::Tensor>& extra_kv_cache, const std::optional<at::Tensor>& extra_indices,
+    const std::optional<at::Tensor>& extra_topk_length, const CacheNames& names,
+    std::optional<double> softmax_scale, int64_t d_v, StagedCaches* staged) {
   SparseDecodeArgs args;
   args.q = to_view(op, "q", q);
   args.kv_cache =
@@ -95,6 +93,7 @@ SparseDecodeArgs decode_inputs(const char* op, const at::Tensor& q, const at::Te
   args.extra_kv_cache = extra_cache_view(op, extra_kv_cache, names, &staged->extra);
   args.extra_indices = to_view(op, "extra_indices", extra_indices);
   args.extra_topk_length = to_view(op, "extra_topk_length", extra_topk_length);
+  if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(*softmax_scale);
   args.d_v = to_d_v(op, d_v);
   return args;
 }
@@ -179,6 +178,38 @@ void check_disjoint_from_inputs(const char* op, const char* out_name, const at::
 const at::Tensor& or_undefined(const std::optional<at::Tensor>& t) {
   static const at::Tensor undefined;
   return t.has_value() ? *t : undefined;
+}
+
+// A decode call's tensors by argument name for the aliasing checks: the eight inputs (absent
+// optional ones undefined), then out and lse where the caller passed them.
+struct DecodeTensors {
+  std::array<NamedTensor, 10> named;
+  size_t count = 8;
+  std::span<const NamedTensor> inputs() const { return std::span(named).first(8); }
+  std::span<const NamedTensor> all() const { return std::span(named).first(count); }
+};
+
+DecodeTensors decode_tensors(const at::Tensor& q, const at::Tensor& kv_cache,
+                             const at::Tensor& indices,
+                             const std::optional<at::Tensor>& topk_length,
+                             const std::optional<at::Tensor>& attn_sink,
+                             const std::optional<at::Tensor>& extra_kv_cache,
+                             const std::optional<at::Tensor>& extra_indices,
+                             const std::optional<at::Tensor>& extra_topk_length,
+                             const at::Tensor* out = nullptr, const at::Tensor* lse = nullptr) {
+  DecodeTensors t;
+  t.named = {{{"q", &q},
+              {"kv_cache", &kv_cache},
+              {"indices", &indices},
+              {"topk_length", &or_undefined(topk_length)},
+              {"attn_sink", &or_undefined(attn_sink)},
+              {"extra_kv_cache", &or_undefined(extra_kv_cache)},
+              {"extra_indices", &or_undefined(extra_indices)},
+              {"extra_topk_length", &or_undefined(extra_topk_length)},
+              {"out", out},
+              {"lse", lse}}};
+  t.count = out != nullptr ? 10 : 8;
+  return t;
 }
 
 void run_decode(const char* op, const at::Tensor& q, SparseDecodeArgs& args,
@@ -276,9 +307,10 @@ std::tuple<int64_t, int64_t, std::string, std::string, std::string> plan_decode(
     std::optional<std::string_view> extra_kv_layout) {
   constexpr const char* kOp = "plan_decode";
   StagedCaches staged;
-  SparseDecodeArgs args = decode_inputs(
-      kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-      extra_topk_length, {kv_format, kv_layout, extra_kv_format, extra_kv_layout}, d_v, &staged);
+  SparseDecodeArgs args = decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink,
+                                        extra_kv_cache, extra_indices, extra_topk_length,
+                                        {kv_format, kv_layout, extra_kv_format, extra_kv_layout},
+                                        std::nullopt, d_v, &staged);
   // A plan depends on shapes only.
   placeholder_decode_outputs(q, &args);
   const c10::DeviceGuard guard(q.device());
@@ -300,36 +332,26 @@ void sparse_decode(const at::Tensor& q, const at::Tensor& kv_cache, const at::Te
                    std::optional<std::string_view> extra_kv_layout) {
   constexpr const char* kOp = "sparse_decode";
   StagedCaches staged;
-  SparseDecodeArgs args = decode_inputs(
-      kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-      extra_topk_length, {kv_format, kv_layout, extra_kv_format, extra_kv_layout}, d_v, &staged);
-  if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(*softmax_scale);
+  SparseDecodeArgs args = decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink,
+                                        extra_kv_cache, extra_indices, extra_topk_length,
+                                        {kv_format, kv_layout, extra_kv_format, extra_kv_layout},
+                                        softmax_scale, d_v, &staged);
   args.out = to_view(kOp, "out", out);
   args.lse = to_view(kOp, "lse", lse);
-  const at::Tensor &lengths = or_undefined(topk_length), &sink = or_undefined(attn_sink),
-                   &extra = or_undefined(extra_kv_cache), &e_idx = or_undefined(extra_indices),
-                   &e_len = or_undefined(extra_topk_length);
   // The inputs, then the outputs: the workspace must be disjoint from all of them.
-  const std::array<NamedTensor, 10> tensors = {{{"q", &q},
-                                                {"kv_cache", &kv_cache},
-                                                {"indices", &indices},
-                                                {"topk_length", &lengths},
-                                                {"attn_sink", &sink},
-                                                {"extra_kv_cache", &extra},
-                                                {"extra_indices", &e_idx},
-                                                {"extra_topk_length", &e_len},
-                                                {"out", &out},
-                                                {"lse", &lse}}};
+  const DecodeTensors tensors =
+      decode_tensors(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                     extra_topk_length, &out, &lse);
   for (auto [name, t] : {std::pair{"out", &out}, std::pair{"lse", &lse}}) {
     check_no_internal_overlap(kOp, name, *t);
-    check_disjoint_from_inputs(kOp, name, *t, std::span(tensors).first(8));
+    check_disjoint_from_inputs(kOp, name, *t, tensors.inputs());
   }
   check_disjoint(kOp, "out", out, "lse", lse);
 
   const c10::DeviceGuard guard(q.device());
   const RunOptions options = run_options_for(q.device());
   const DecodePlan plan = plan_for(args, options);
-  run_decode(kOp, q, args, workspace, reuse_schedule, options, plan, tensors);
+  run_decode(kOp, q, args, workspace, reuse_schedule, options, plan, tensors.all());
 }
 
 std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
@@ -343,10 +365,10 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
     std::optional<std::string_view> extra_kv_layout) {
   constexpr const char* kOp = "sparse_decode";
   StagedCaches staged;
-  SparseDecodeArgs args = decode_inputs(
-      kOp, q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-      extra_topk_length, {kv_format, kv_layout, extra_kv_format, extra_kv_layout}, d_v, &staged);
-  if (softmax_scale.has_value()) args.softmax_scale = static_cast<float>(*softmax_scale);
+  SparseDecodeArgs args = decode_inputs(kOp, q, kv_cache, indices, topk_length, attn_sink,
+                                        extra_kv_cache, extra_indices, extra_topk_length,
+                                        {kv_format, kv_layout, extra_kv_format, extra_kv_layout},
+                                        softmax_scale, d_v, &staged);
   placeholder_decode_outputs(q, &args);
   const c10::DeviceGuard guard(q.device());
   const RunOptions options = run_options_for(q.device());
@@ -357,18 +379,9 @@ std::tuple<at::Tensor, at::Tensor> sparse_decode_alloc(
   at::Tensor lse = at::empty({p.b, p.s_q, p.h_q}, q.options().dtype(at::kFloat));
   args.out = to_view(kOp, "out", out);
   args.lse = to_view(kOp, "lse", lse);
-  const at::Tensor &lengths = or_undefined(topk_length), &sink = or_undefined(attn_sink),
-                   &extra = or_undefined(extra_kv_cache), &e_idx = or_undefined(extra_indices),
-                   &e_len = or_undefined(extra_topk_length);
-  const std::array<NamedTensor, 8> inputs = {{{"q", &q},
-                                              {"kv_cache", &kv_cache},
-                                              {"indices", &indices},
-                                              {"topk_length", &lengths},
-                                              {"attn_sink", &sink},
-                                              {"extra_kv_cache", &extra},
-                                              {"extra_indices", &e_idx},
-                                              {"extra_topk_length", &e_len}}};
-  run_decode(kOp, q, args, workspace, reuse_schedule, options, plan, inputs);
+  const DecodeTensors inputs = decode_tensors(q, kv_cache, indices, topk_length, attn_sink,
+                                              extra_kv_cache, extra_indices, extra_topk_length);
+  run_decode(kOp, q, args, workspace, reuse_schedule, options, plan, inputs.all());
   return {std::move(out), std::move(lse)};
 }
 
