@@ -21,6 +21,7 @@
 #include "case_runner.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_file.h"
 #include "machine.h"
 #include "table.h"
 
@@ -350,13 +351,7 @@ int bench_command(const Invocation& inv) {
     record.storage = storage;
     record.total_seconds = total_s;
     record.all_ok = all_ok;
-    const nlohmann::ordered_json j = run_json(record);
-    std::ofstream file(s.json_path);
-    file << j.dump(2) << "\n";
-    if (!file) {
-      std::cerr << "sparse-mla bench: cannot write --json = '" << s.json_path << "'\n";
-      return kExitFailure;
-    }
+    if (!write_json_file("bench", s.json_path, run_json(record))) return kExitFailure;
     std::cerr << "wrote " << s.json_path << "\n";
   }
   return all_ok ? kExitOk : kExitFailure;

@@ -12,6 +12,7 @@
 #include "bench_ceilings.h"
 #include "bench_run.h"
 #include "case_runner.h"
+#include "json_file.h"
 #include "machine.h"
 #include "sparse_mla/sparse_mla.h"
 #include "table.h"
@@ -248,12 +249,7 @@ int writer_bench(const Settings& s, const FlagSet& f, const std::vector<std::str
         std::isnan(floor_ms) ? nlohmann::ordered_json() : nlohmann::ordered_json(floor_ms);
     j["verified"] = s.verify != "off";
     j["verify_ok"] = verified;
-    std::ofstream file(s.json_path);
-    file << j.dump(2) << "\n";
-    if (!file) {
-      std::cerr << "sparse-mla bench: cannot write --json = '" << s.json_path << "'\n";
-      return kExitFailure;
-    }
+    if (!write_json_file("bench", s.json_path, j)) return kExitFailure;
     std::cerr << "wrote " << s.json_path << "\n";
   }
   return verified ? kExitOk : kExitFailure;

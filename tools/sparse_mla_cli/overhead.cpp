@@ -18,6 +18,7 @@
 #include "case_runner.h"
 #include "commands.h"
 #include "flags.h"
+#include "json_file.h"
 #include "machine.h"
 #include "sparse_mla/sparse_mla.h"
 #include "table.h"
@@ -250,12 +251,7 @@ int overhead_command(const Invocation& inv) {
                       {"host_us_median_batch", r.us.median_us}});
     }
     j["rows"] = list;
-    std::ofstream file(json_path);
-    file << j.dump(2) << "\n";
-    if (!file) {
-      std::cerr << "sparse-mla overhead: cannot write --json = '" << json_path << "'\n";
-      return kExitFailure;
-    }
+    if (!write_json_file("overhead", json_path, j)) return kExitFailure;
   }
   return kExitOk;
 }
