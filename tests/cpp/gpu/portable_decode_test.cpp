@@ -457,14 +457,15 @@ INSTANTIATE_TEST_SUITE_P(Formats, PortableDecode,
 
 // ---- DeepSeek V4.1 ------------------------------------------------------------------------
 
-// A v41_fp8 main cache in one page layout, with no extra cache or a v41_fp8 / v41_fp4 one in
-// either layout (SPEC §3: each cache its own page size).
+// A v41_fp8 (or v41_fp4) main cache in one page layout, with no extra cache or a v41_fp8 /
+// v41_fp4 one in either layout (SPEC §3: each cache its own page size).
 struct V41Case {
   KvLayout layout;
   bool extra;
   KvCacheFormat extra_format;
   KvLayout extra_layout;
   const char* name;
+  KvCacheFormat main_format = KvCacheFormat::kV41Fp8;
 };
 void PrintTo(const V41Case& c, std::ostream* os) { *os << c.name; }
 
@@ -473,7 +474,7 @@ class V41Decode : public ::testing::TestWithParam<V41Case> {
   verify::DecodeRecipe base() const {
     const V41Case& c = GetParam();
     verify::DecodeRecipe r;
-    r.format = KvCacheFormat::kV41Fp8;
+    r.format = c.main_format;
     r.kv_layout = c.layout;
     r.extra_cache = c.extra;
     if (c.extra) {
@@ -577,7 +578,7 @@ TEST_P(V41Decode, CachesBeyondTwoGigabytes) {
   r.page_block_size = 64;
   r.extra_page_block_size = 64;
   r.num_blocks =
-      (int64_t{9} << 28) / kv_cache_min_block_stride(KvCacheFormat::kV41Fp8, 64, 512, c.layout) + 1;
+      (int64_t{9} << 28) / kv_cache_min_block_stride(c.main_format, 64, 512, c.layout) + 1;
   r.extra_num_blocks =
       (int64_t{9} << 28) / kv_cache_min_block_stride(KvCacheFormat::kV41Fp4, 64, 512, c.layout) + 1;
   r.seed = 4096;
@@ -602,7 +603,14 @@ INSTANTIATE_TEST_SUITE_P(
                       V41Case{KvLayout::kPageSplit, true, KvCacheFormat::kV41Fp8,
                               KvLayout::kTokenInterleaved, "page_split_fp8_token_interleaved"},
                       V41Case{KvLayout::kTokenInterleaved, true, KvCacheFormat::kV41Fp8,
-                              KvLayout::kPageSplit, "token_interleaved_fp8_page_split"}),
+                              KvLayout::kPageSplit, "token_interleaved_fp8_page_split"},
+                      // A v41_fp4 main cache (alone, or with a v41_fp4 extra cache: the rule of
+                      // kv_cache_format.cpp).
+                      V41Case{KvLayout::kPageSplit, false, KvCacheFormat::kV41Fp8,
+                              KvLayout::kDefault, "fp4_main_page_split", KvCacheFormat::kV41Fp4},
+                      V41Case{KvLayout::kTokenInterleaved, true, KvCacheFormat::kV41Fp4,
+                              KvLayout::kPageSplit, "fp4_main_token_interleaved_fp4_page_split",
+                              KvCacheFormat::kV41Fp4}),
     [](const ::testing::TestParamInfo<V41Case>& info) { return info.param.name; });
 
 }  // namespace
