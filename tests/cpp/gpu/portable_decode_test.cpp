@@ -240,7 +240,8 @@ void check_case(const verify::DecodeRecipe& recipe) {
   const bool pair_wanted = pair_env == nullptr || std::string(pair_env) != "0";
   const bool two_wide_groups = plan.head_groups == 2 && plan.rows_per_cta == 64;
   // The V4.1 split kernels have no paired path.
-  const bool v41 = recipe.format == KvCacheFormat::kV41Fp8;
+  const bool v41 =
+      recipe.format == KvCacheFormat::kV41Fp8 || recipe.format == KvCacheFormat::kV41Fp4;
   const bool may_pair =
       recipe.format != KvCacheFormat::kBf16 && !v41 && two_wide_groups && pair_wanted;
   if (!may_pair) EXPECT_FALSE(plan.paired_head_groups) << plan.reason;
