@@ -2,7 +2,6 @@
 // views, back ends, version.
 #include <cstdio>
 #include <limits>
-#include <sstream>
 
 #include "sparse_mla/sparse_mla.h"
 
@@ -114,15 +113,18 @@ bool TensorView::is_contiguous() const {
   return true;
 }
 
+// Built with std::to_string, not a stream: error text must not depend on the host's iostream
+// locale machinery. Linked into the torch extension, the library's copy of libstdc++'s
+// num_put<char> facet id (a template static) is not the one the process's locale was built with,
+// and streaming an integer crashed in every error message that described a tensor (torch 2.11 on
+// the H200 machine, both CPU and CUDA tensors).
 std::string describe(const TensorView& t) {
-  std::ostringstream os;
   const int rank = clamped_rank(t.rank);
-  os << "[";
-  for (int d = 0; d < rank; ++d) os << (d ? ", " : "") << t.sizes[d];
-  os << "] " << dtype_name(t.dtype) << " strides [";
-  for (int d = 0; d < rank; ++d) os << (d ? ", " : "") << t.strides[d];
-  os << "] " << to_string(t.device);
-  return os.str();
+  std::string s = "[";
+  for (int d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(t.sizes[d]);
+  s += std::string("] ") + dtype_name(t.dtype) + " strides [";
+  for (int d = 0; d < rank; ++d) s += (d ? ", " : "") + std::to_string(t.strides[d]);
+  return s + "] " + to_string(t.device);
 }
 
 const char* backend_name(Backend backend) {

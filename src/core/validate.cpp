@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
-#include <sstream>
 #include <string>
 
 #include "core/kv_cache_layout.h"
@@ -186,10 +185,11 @@ class Checker {
     return {};
   }
 
+  // snprintf, not a stream: see describe() in basic_types.cpp.
   static std::string pointer_text(const void* p) {
-    std::ostringstream os;
-    os << p;
-    return os.str();
+    char text[2 + 2 * sizeof(void*) + 1];
+    std::snprintf(text, sizeof text, "%p", p);
+    return text;
   }
 
  private:
@@ -630,10 +630,8 @@ struct NamedRange {
 };
 
 std::string range_text(const ByteRange& r) {
-  std::ostringstream os;
-  os << "[" << reinterpret_cast<const void*>(r.begin) << ", "
-     << reinterpret_cast<const void*>(r.end) << ")";
-  return os.str();
+  return "[" + Checker::pointer_text(reinterpret_cast<const void*>(r.begin)) + ", " +
+         Checker::pointer_text(reinterpret_cast<const void*>(r.end)) + ")";
 }
 
 // Every output against every input and against the outputs before it.
