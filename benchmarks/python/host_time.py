@@ -13,7 +13,8 @@ An engine that does not capture its decode step in a CUDA graph pays the host ti
 
 Cases (FlashMLA-compatible calls, ``sparse_mla.flash_mla``): decode V3.2 h_q 128 topk 2048
 b 2 s_q 2; V4 h_q 64 main topk 128 (page 256) + extra topk 512 (page 64) at b 2 and b 128 s_q 2;
-V4 h_q 16 (same lists) b 128 s_q 1; prefill ``flash_mla_sparse_fwd`` d_qk 512 h_q 64 topk 512;
+V4 h_q 16 (same lists) b 128 s_q 1; V4.1 (v41_fp8 + v41_fp4 caches, V4's lists) h_q 64 b 2
+s_q 2; prefill ``flash_mla_sparse_fwd`` d_qk 512 h_q 64 topk 512;
 plus ``sparse_mla.sparse_decode`` with a plan made once and its schedule reused. Decode calls
 after the first reuse the scheduling holder (every layer after the first of a decode step).
 With ``--compare`` the same calls go through FlashMLA's own ``flash_mla`` module when it
@@ -53,6 +54,10 @@ DECODE_CASES = {
                                   extra=(512, 64)),
     "decode_v4_h16_b128_s1": dict(fmt="v4_fp8", b=128, s_q=1, h_q=16, topk=128, page=256,
                                   extra=(512, 64)),
+    # DeepSeek V4.1: a v41_fp8 window cache with a v41_fp4 compressed cache (formats inferred
+    # from the bytes per token, the default page_split layout).
+    "decode_v41_h64_b2_s2": dict(fmt="v41_fp8", b=2, s_q=2, h_q=64, topk=128, page=256,
+                                 extra=(512, 64), extra_fmt="v41_fp4"),
 }
 PREFILL_CASE = dict(s_q=4096, s_kv=8192, h_q=64, d_qk=512, topk=512)
 
@@ -87,20 +92,20 @@ def decode_inputs(case: Dict, device: str, seed: int = 0) -> Dict:
     fmt, b, s_q, h_q, topk, page = (case[k] for k in ("fmt", "b", "s_q", "h_q", "topk", "page"))
     d_qk = sparse_mla.kv_cache_format(fmt).d_qk
 
-    def one(count, pbs):
+    def one(count, pbs, cache_fmt):
         blocks = max(1, -(-2 * count // pbs))
-        cache = make_cache(gen, fmt, blocks, pbs, device)
+        cache = make_cache(gen, cache_fmt, blocks, pbs, device)
         slots = torch.randint(0, blocks * pbs, (b, s_q, count), generator=gen,
                               dtype=torch.int32).to(device)
         lengths = torch.full((b,), count, dtype=torch.int32, device=device)
         return cache, slots, lengths
 
     q = (torch.randn(b, s_q, h_q, d_qk, generator=gen) / 10).to(torch.bfloat16).to(device)
-    cache, slots, lengths = one(topk, page)
+    cache, slots, lengths = one(topk, page, fmt)
     args = dict(q=q, kv_cache=cache, indices=slots, topk_length=lengths,
                 attn_sink=torch.randn(h_q, generator=gen).to(device))
     if case["extra"] is not None:
-        e_cache, e_slots, e_lengths = one(*case["extra"])
+        e_cache, e_slots, e_lengths = one(*case["extra"], case.get("extra_fmt", fmt))
         args.update(extra_kv_cache=e_cache, extra_indices=e_slots, extra_topk_length=e_lengths)
     return args
 
