@@ -128,6 +128,12 @@ def main() -> int:
             a["q"], a["kv_cache"], a["indices"], a["topk_length"], a["attn_sink"],
             a["extra_kv_cache"], a["extra_indices"], a["extra_topk_length"], None, None, 512,
             plan.workspace, False)
+    eager = sparse_mla.ops._EAGER_DECODE_ALLOC
+    if eager is not None:  # the same operator without the dispatcher (python/csrc/eager_calls.cpp)
+        times["piece: _sparse_mla_eager.sparse_decode_alloc"] = lambda: eager(
+            a["q"], a["kv_cache"], a["indices"], a["topk_length"], a["attn_sink"],
+            a["extra_kv_cache"], a["extra_indices"], a["extra_topk_length"], None, None, 512,
+            plan.workspace, False, None, None, None)
     rounds = {name: [] for name in times}
     for _ in range(opts.rounds):
         for name, call in times.items():

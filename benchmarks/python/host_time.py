@@ -20,6 +20,10 @@ after the first reuse the scheduling holder (every layer after the first of a de
 With ``--compare`` the same calls go through FlashMLA's own ``flash_mla`` module when it
 imports (CUDA only).
 
+``--dispatcher-too`` times every sparse_mla call a second time with the eager-call module
+switched off (every operator through ``torch.ops``, as a build without Python's headers runs),
+the two paths taking turns case by case: what the module buys on this machine.
+
 ``--small`` shrinks every case (heads, lists, batch) for a quick run on the CPU back end.
 
     python benchmarks/python/host_time.py --device cuda --json out.json
@@ -208,6 +212,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     p.add_argument("--compare", action="store_true",
                    help="also time FlashMLA's own flash_mla module when it imports")
+    p.add_argument("--dispatcher-too", action="store_true",
+                   help="also time each sparse_mla call through torch.ops (eager module off)")
     p.add_argument("--json", help="write the results here")
     opts = p.parse_args(argv)
     if opts.runs < 30:
@@ -225,15 +231,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     wanted = set(filter(None, opts.cases.split(",")))
     results = []
 
+    eager = (sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC)
+    paths = ["eager", "torch.ops"] if opts.dispatcher_too and eager[1] is not None else [None]
+
     def run(name: str, api: str, call: Callable[[], object], shapes: Dict):
         if wanted and name not in wanted:
             return
-        r = time_isolated(call, opts.device, opts.runs, opts.warmup)
-        r.update(case=name, api=api, shapes=shapes)
-        results.append(r)
-        dev = "na" if r["device_us_median"] is None else f'{r["device_us_median"]:.1f}'
-        print(f"{name:28s} {api:34s} host {r['host_us_median']:8.1f} us  device {dev:>8s} us"
-              f"  sum {r['sum_us']:8.1f} us")
+        for path in paths if api.startswith("sparse_mla") else [None]:
+            on = path != "torch.ops"
+            sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC = \
+                eager if on else (None, None)
+            r = time_isolated(call, opts.device, opts.runs, opts.warmup)
+            sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC = eager
+            label = api if path is None else f"{api} [{path}]"
+            r.update(case=name, api=label, shapes=shapes)
+            results.append(r)
+            dev = "na" if r["device_us_median"] is None else f'{r["device_us_median"]:.1f}'
+            print(f"{name:28s} {label:46s} host {r['host_us_median']:8.1f} us  device "
+                  f"{dev:>8s} us  sum {r['sum_us']:8.1f} us")
 
     for name, case in DECODE_CASES.items():
         if wanted and name not in wanted and name + "_plan" not in wanted:

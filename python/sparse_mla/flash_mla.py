@@ -24,7 +24,7 @@ from typing import Optional, Tuple
 import torch
 
 from sparse_mla.kv_cache import infer_kv_cache_format
-from sparse_mla.ops import _DECODE_ALLOC, _PREFILL_ALLOC, DecodePlan, plan_decode, sparse_decode
+from sparse_mla.ops import _decode_alloc, _prefill_alloc, DecodePlan, plan_decode, sparse_decode
 
 
 @dataclasses.dataclass
@@ -69,7 +69,6 @@ class FlashMLASchedMeta:
     # found: a later call whose key is equal skips the per-call configuration work.
     _key: Optional[tuple] = dataclasses.field(default=None, repr=False, compare=False)
     _kv_format: Optional[str] = dataclasses.field(default=None, repr=False, compare=False)
-    _layouts: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 def get_mla_metadata(*args, **kwargs) -> Tuple[FlashMLASchedMeta, None]:
@@ -175,11 +174,11 @@ def flash_mla_with_kvcache(
            None if extra_topk_length is None else extra_topk_length.shape,
            kv_layout, extra_kv_layout)
     if sched_meta.have_initialized and key == sched_meta._key:
-        out, lse = _DECODE_ALLOC(
+        out, lse = _decode_alloc(
             q, k_cache, indices, topk_length, attn_sink, extra_k_cache, extra_indices_in_kvcache,
             extra_topk_length, sched_meta._kv_format,
             None if softmax_scale is None else float(softmax_scale), head_dim_v,
-            sched_meta.plan.workspace, True, **sched_meta._layouts,
+            sched_meta.plan.workspace, True, kv_layout, None, extra_kv_layout,
         )
         return out, lse.transpose(1, 2)
 
@@ -225,9 +224,6 @@ def flash_mla_with_kvcache(
     if not reuse:
         sched_meta.plan, sched_meta.config, sched_meta.have_initialized = plan, config, True
         sched_meta._key, sched_meta._kv_format = key, kv_format
-        sched_meta._layouts = {k: v for k, v in (("kv_layout", kv_layout),
-                                                 ("extra_kv_layout", extra_kv_layout))
-                               if v is not None}
     return out, lse.transpose(1, 2)
 
 
@@ -254,7 +250,7 @@ def flash_mla_sparse_fwd(
     Returns:
         ``(out [s_q, h_q, d_v] bf16, max_logits [s_q, h_q] fp32, lse [s_q, h_q] fp32)``.
     """
-    return _PREFILL_ALLOC(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length)
+    return _prefill_alloc(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length)
 
 
 def _dense_not_supported(name: str) -> NotImplementedError:

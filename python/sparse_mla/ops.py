@@ -66,7 +66,7 @@ def sparse_prefill(
     """
     if out is None and max_logits is None and lse is None:
         # Validated in full before the outputs are allocated.
-        return _PREFILL_ALLOC(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length)
+        return _prefill_alloc(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length)
     s_q, h_q = (q.shape[0], q.shape[1]) if q.dim() == 3 else (0, 0)
     if out is None:
         # An unsupported d_v gets an empty placeholder: validation reports d_v before any size.
@@ -276,12 +276,13 @@ def sparse_decode(
         )
     name = _format_name(kv_format)
     scale = None if softmax_scale is None else float(softmax_scale)
-    layouts = _layout_args(kv_layout, extra_kv_format, extra_kv_layout)
     if out is None and lse is None:
         # Validated in full before the outputs are allocated.
-        return _DECODE_ALLOC(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
+        return _decode_alloc(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
                              extra_indices, extra_topk_length, name, scale, d_v, workspace,
-                             reuse_schedule, **layouts)
+                             reuse_schedule, kv_layout, _format_name(extra_kv_format),
+                             extra_kv_layout)
+    layouts = _layout_args(kv_layout, extra_kv_format, extra_kv_layout)
     b, s_q, h_q = (q.shape[0], q.shape[1], q.shape[2]) if q.dim() == 4 else (0, 0, 0)
     if out is None:
         # An unsupported d_v gets an empty placeholder: validation reports d_v before any size.
@@ -299,6 +300,46 @@ _PREFILL_ALLOC = torch.ops.sparse_mla.sparse_prefill_alloc.default
 _PLAN = torch.ops.sparse_mla.plan_decode.default
 _DECODE = torch.ops.sparse_mla.sparse_decode.default
 _DECODE_ALLOC = torch.ops.sparse_mla.sparse_decode_alloc.default
+
+# The allocating operators without the dispatcher (python/csrc/eager_calls.cpp): eager calls on
+# plain CPU / CUDA tensors skip torch's boxed path; they return NotImplemented where the
+# operator is needed (tensor subclasses, grad, meta tensors, torch-function / dispatch modes),
+# and torch.compile traces the operators. Absent when the package was built without Python's
+# headers.
+try:
+    from sparse_mla import _sparse_mla_eager
+except ImportError:
+    _sparse_mla_eager = None
+_EAGER_PREFILL_ALLOC = getattr(_sparse_mla_eager, "sparse_prefill_alloc", None)
+_EAGER_DECODE_ALLOC = getattr(_sparse_mla_eager, "sparse_decode_alloc", None)
+_is_compiling = torch.compiler.is_compiling
+
+
+def _prefill_alloc(q, kv, indices, sm_scale: float, d_v: int, attn_sink, topk_length):
+    """``sparse_mla::sparse_prefill_alloc``: (out, max_logits, lse)."""
+    if _EAGER_PREFILL_ALLOC is not None and not _is_compiling():
+        result = _EAGER_PREFILL_ALLOC(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+        if result is not NotImplemented:
+            return result
+    return _PREFILL_ALLOC(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+
+
+def _decode_alloc(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                  extra_topk_length, kv_format: Optional[str], softmax_scale: Optional[float],
+                  d_v: int, workspace, reuse_schedule: bool, kv_layout: Optional[str],
+                  extra_kv_format: Optional[str], extra_kv_layout: Optional[str]):
+    """``sparse_mla::sparse_decode_alloc``: (out, lse). Names are strings or None."""
+    if _EAGER_DECODE_ALLOC is not None and not _is_compiling():
+        result = _EAGER_DECODE_ALLOC(q, kv_cache, indices, topk_length, attn_sink,
+                                     extra_kv_cache, extra_indices, extra_topk_length, kv_format,
+                                     softmax_scale, d_v, workspace, reuse_schedule, kv_layout,
+                                     extra_kv_format, extra_kv_layout)
+        if result is not NotImplemented:
+            return result
+    return _DECODE_ALLOC(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
+                         extra_indices, extra_topk_length, kv_format, softmax_scale, d_v,
+                         workspace, reuse_schedule,
+                         **_layout_args(kv_layout, extra_kv_format, extra_kv_layout))
 
 
 # ---- fake implementations ---------------------------------------------------------------------
