@@ -22,7 +22,7 @@ imports (CUDA only).
 
 ``--dispatcher-too`` times every sparse_mla call a second time with the eager-call module
 switched off (every operator through ``torch.ops``, as a build without Python's headers runs),
-the two paths taking turns case by case: what the module buys on this machine.
+the two paths taking turns call by call: what the module buys on this machine.
 
 ``--small`` shrinks every case (heads, lists, batch) for a quick run on the CPU back end.
 
@@ -155,38 +155,53 @@ def prefill_call(module, a: Dict) -> Callable[[], object]:
     return call
 
 
-def time_isolated(call: Callable[[], object], device: str, runs: int, warmup: int) -> Dict:
-    """Median host wall, device time and their sum over `runs` isolated calls (microseconds)."""
+def time_isolated(call: Callable[[], object], device: str, runs: int, warmup: int,
+                  prepare: Optional[List[Callable[[], None]]] = None) -> List[Dict]:
+    """Median host wall, device time and their sum over `runs` isolated calls (microseconds).
+
+    With ``prepare`` (one function per variant, e.g. switching a code path on or off) the
+    variants take turns call by call, so a machine whose speed drifts during the run weighs on
+    each of them alike; one result per variant."""
+    variants = prepare or [lambda: None]
     cuda = device.startswith("cuda")
-    for _ in range(warmup):
-        call()
+    for setup in variants:
+        setup()
+        for _ in range(warmup):
+            call()
     if cuda:
         torch.cuda.synchronize()
-    host: List[float] = []
-    dev: List[float] = []
+    host: List[List[float]] = [[] for _ in variants]
+    dev: List[List[float]] = [[] for _ in variants]
     for _ in range(runs):
-        if cuda:
-            torch.cuda.synchronize()
-        t0 = time.perf_counter_ns()
-        call()
-        t1 = time.perf_counter_ns()
-        host.append((t1 - t0) / 1e3)
+        for v, setup in enumerate(variants):
+            setup()
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter_ns()
+            call()
+            t1 = time.perf_counter_ns()
+            host[v].append((t1 - t0) / 1e3)
     if cuda:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         for _ in range(runs):
-            torch.cuda.synchronize()
-            torch.cuda._sleep(2_000_000)  # ~1 ms of GPU time: the launches below queue behind it
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            dev.append(start.elapsed_time(end) * 1e3)
-    host_med = statistics.median(host)
-    dev_med = statistics.median(dev) if dev else None
-    return dict(runs=runs, host_us_median=round(host_med, 2),
-                host_us_min=round(min(host), 2),
-                device_us_median=None if dev_med is None else round(dev_med, 2),
-                sum_us=round(host_med + (dev_med or 0.0), 2))
+            for v, setup in enumerate(variants):
+                setup()
+                torch.cuda.synchronize()
+                torch.cuda._sleep(2_000_000)  # ~1 ms of GPU time: the launches queue behind it
+                start.record()
+                call()
+                end.record()
+                end.synchronize()
+                dev[v].append(start.elapsed_time(end) * 1e3)
+    results = []
+    for h, d in zip(host, dev):
+        host_med = statistics.median(h)
+        dev_med = statistics.median(d) if d else None
+        results.append(dict(runs=runs, host_us_median=round(host_med, 2),
+                            host_us_min=round(min(h), 2),
+                            device_us_median=None if dev_med is None else round(dev_med, 2),
+                            sum_us=round(host_med + (dev_med or 0.0), 2)))
+    return results
 
 
 def commit() -> Dict:
@@ -232,17 +247,23 @@ def main(argv: Optional[List[str]] = None) -> int:
     results = []
 
     eager = (sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC)
-    paths = ["eager", "torch.ops"] if opts.dispatcher_too and eager[1] is not None else [None]
+
+    def use_eager(on: bool) -> Callable[[], None]:
+        def setup():
+            sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC = \
+                eager if on else (None, None)
+        return setup
+
+    both = opts.dispatcher_too and eager[1] is not None
 
     def run(name: str, api: str, call: Callable[[], object], shapes: Dict):
         if wanted and name not in wanted:
             return
-        for path in paths if api.startswith("sparse_mla") else [None]:
-            on = path != "torch.ops"
-            sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC = \
-                eager if on else (None, None)
-            r = time_isolated(call, opts.device, opts.runs, opts.warmup)
-            sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC = eager
+        paths = ["eager", "torch.ops"] if both and api.startswith("sparse_mla") else [None]
+        prepare = [use_eager(p != "torch.ops") for p in paths]
+        timed = time_isolated(call, opts.device, opts.runs, opts.warmup, prepare)
+        use_eager(True)()
+        for path, r in zip(paths, timed):
             label = api if path is None else f"{api} [{path}]"
             r.update(case=name, api=label, shapes=shapes)
             results.append(r)
