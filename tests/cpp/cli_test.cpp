@@ -108,11 +108,17 @@ TEST(Cli, BadFlagsNameTheFlagAndExitWithTwo) {
 TEST(Cli, UnwritableJsonPathFailsBeforeTheRun) {
   const std::string path =
       (std::filesystem::temp_directory_path() / "smla_no_such_dir" / "out.json").string();
-  CliRun r = run_cli(
-      "bench --op prefill --d_qk 576 --h_q 4 --topk 8 --s_q 2 --s_kv 64 --iters 1 --json " + path);
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("cannot write --json"), std::string::npos) << r.output;
-  EXPECT_EQ(r.output.find("measuring the ceilings"), std::string::npos) << r.output;
+  // Every command that writes --json after a run: the suites' bench, the cache writer's, overhead.
+  for (const std::string& command :
+       {std::string("bench --op prefill --d_qk 576 --h_q 4 --topk 8 --s_q 2 --s_kv 64 --iters 1"),
+        std::string("bench --op write_kv_cache --format v41_fp4 --n 16 --iters 1"),
+        std::string("overhead --calls 10 --batches 1")}) {
+    CliRun r = run_cli(command + " --json " + path);
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output;
+    EXPECT_NE(r.output.find("cannot write --json"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("measuring the ceilings"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("host us/call"), std::string::npos) << r.output;
+  }
 }
 
 TEST(Cli, CudaBackendWithoutADeviceFails) {

@@ -6,8 +6,6 @@
 // terminal report in bench_report.h, the JSON record in bench_json.h, the ceilings in
 // bench_ceilings.h.
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -259,15 +257,7 @@ int bench_command(const Invocation& inv) {
   }
 
   // A run can take minutes on a GPU: find out now, not after it, that --json cannot be written.
-  // The probe appends nothing, and removes the file if it made it.
-  if (!s.json_path.empty()) {
-    const bool existed = std::filesystem::exists(s.json_path);
-    if (!std::ofstream(s.json_path, std::ios::app)) {
-      std::cerr << "sparse-mla bench: cannot write --json = '" << s.json_path << "'\n";
-      return kExitUsageError;
-    }
-    if (!existed) std::filesystem::remove(s.json_path);
-  }
+  if (!s.json_path.empty() && !json_file_writable("bench", s.json_path)) return kExitUsageError;
 
   RunOptions options;
   options.backend = backend;

@@ -88,6 +88,7 @@ int writer_bench(const Settings& s, const FlagSet& f, const std::vector<std::str
     return usage_error("--s_kv = " + std::to_string(cache_slots) +
                        " slots do not fit int32 slot numbers");
   }
+  if (!s.json_path.empty() && !json_file_writable("bench", s.json_path)) return kExitUsageError;
   const Backend backend = resolve_backend(*parse_backend(s.backend));
   if (backend == Backend::kCuda && !cuda_available()) {
     std::cerr << "sparse-mla bench: --backend = cuda but no CUDA device is available to this "

@@ -1,12 +1,26 @@
 // Writes a command's --json result file, the one way every command does.
 #pragma once
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 namespace sparse_mla::cli {
+
+// Whether `path` can be written, asked before a run that can take minutes, so that a bad --json
+// is refused up front (the caller exits 2) and not after the run. The probe appends nothing and
+// removes the file if it made it; false after a message naming the command and the flag value.
+inline bool json_file_writable(const char* command, const std::string& path) {
+  const bool existed = std::filesystem::exists(path);
+  if (!std::ofstream(path, std::ios::app)) {
+    std::cerr << "sparse-mla " << command << ": cannot write --json = '" << path << "'\n";
+    return false;
+  }
+  if (!existed) std::filesystem::remove(path);
+  return true;
+}
 
 // Writes `j` (2-space indent) to `path`; false, after a message naming the command and the flag
 // value, if the file cannot be written.

@@ -196,6 +196,7 @@ int overhead_command(const Invocation& inv) {
               << f.usage();
     return kExitOk;
   }
+  if (!json_path.empty() && !json_file_writable("overhead", json_path)) return kExitUsageError;
   const Backend backend = resolve_backend(*parse_backend(backend_flag));
   if (backend == Backend::kCuda && !cuda_available()) {
     std::cerr << "sparse-mla overhead: --backend = cuda but no CUDA device is available to this "
