@@ -32,6 +32,10 @@ namespace {
 // Thrown while converting arguments when the call must go through the dispatcher.
 struct UseDispatcher {};
 
+// A CPython conversion failed and set its error (TypeError, OverflowError, ...): raise it as it
+// is (HANDLE_TH_ERRORS restores it).
+[[noreturn]] void raise_python_error() { throw python_error(); }
+
 class ArgReader {
  public:
   ArgReader(const char* op, PyObject* const* args, Py_ssize_t nargs, Py_ssize_t expected)
@@ -60,8 +64,7 @@ class ArgReader {
 
   double number(Py_ssize_t i) {
     const double v = PyFloat_AsDouble(args_[i]);
-    if (v == -1.0 && PyErr_Occurred())
-      throw python_error();  // the error the conversion set, as it is
+    if (v == -1.0 && PyErr_Occurred()) raise_python_error();
     return v;
   }
 
@@ -74,15 +77,14 @@ class ArgReader {
     // Saturating: d_v beyond int64 is refused by the operator's own check with the value's sign.
     int overflow = 0;
     const long long v = PyLong_AsLongLongAndOverflow(args_[i], &overflow);
-    if (v == -1 && PyErr_Occurred())
-      throw python_error();  // the error the conversion set, as it is
+    if (v == -1 && PyErr_Occurred()) raise_python_error();
     if (overflow != 0) return overflow > 0 ? INT64_MAX : INT64_MIN;
     return v;
   }
 
   bool flag(Py_ssize_t i) {
     const int v = PyObject_IsTrue(args_[i]);
-    if (v < 0) throw python_error();  // the error the conversion set, as it is
+    if (v < 0) raise_python_error();
     return v != 0;
   }
 
@@ -92,7 +94,7 @@ class ArgReader {
     if (!PyUnicode_Check(obj)) throw UseDispatcher{};  // the schema's error names the argument
     Py_ssize_t size = 0;
     const char* text = PyUnicode_AsUTF8AndSize(obj, &size);
-    if (text == nullptr) throw python_error();  // the error the conversion set, as it is
+    if (text == nullptr) raise_python_error();
     return std::string_view(text, static_cast<size_t>(size));
   }
 
