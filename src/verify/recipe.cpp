@@ -35,6 +35,7 @@ enum Stream : uint64_t {
   kEmpty = 8,
   kSink = 9,
   kOffsets = 10,
+  kShared = 11,
 };
 
 // splitmix64: tiny state, good enough statistics, and cheap to seed per row.
@@ -377,6 +378,20 @@ void make_list(const DecodeRecipe& r, const ListPlan& p, const std::vector<uint8
                 len[qi], p.num_slots, empty[qi], r.invalid_indices);
     }
   });
+  if (r.shared_indices > 0 && s_q > 1) {
+    // Draft tokens take each entry of their request's token-0 list with probability
+    // shared_indices (1/1024 steps), whatever the entry holds (valid, invalid, past the length).
+    const auto threshold = static_cast<int64_t>(std::clamp(r.shared_indices, 0.0, 1.0) * 1024);
+    for (int64_t qi = 0; qi < b * s_q; ++qi) {
+      if (qi % s_q == 0 || empty[qi]) continue;
+      Rng rng(r.seed, kShared, (p.index_stream << 40) | static_cast<uint64_t>(qi));
+      const int32_t* first = &out->indices[(qi / s_q) * out->stride_b];
+      int32_t* list = &out->indices[(qi / s_q) * out->stride_b + (qi % s_q) * out->stride_s];
+      for (int64_t k = 0; k < topk; ++k) {
+        if (rng.below(1024) < threshold) list[k] = first[k];
+      }
+    }
+  }
   out->referenced.assign(p.num_slots, 0);
   for (int64_t qi = 0; qi < b * s_q; ++qi) {
     out->attended += len[qi];
@@ -477,6 +492,10 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
                             std::string(kv_cache_format_name(extra_format)) + " has d_qk " +
                             std::to_string(extra_d_qk) + ", the main cache " +
                             std::to_string(d_qk));
+  }
+  if (!(r.shared_indices >= 0.0 && r.shared_indices <= 1.0)) {
+    return invalid_argument("make_decode_case: recipe shared_indices = " +
+                            std::to_string(r.shared_indices) + " must be in [0, 1]");
   }
   if (r.b < 1 || r.page_block_size < 1 || (d_qk != 512 && d_qk != 576) ||
       (info.d_qk != 0 && d_qk != info.d_qk) ||

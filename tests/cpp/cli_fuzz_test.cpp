@@ -45,10 +45,9 @@ std::vector<Command> commands() {
                                           "extra_kv_layout",
                                           "extra_page_block_size"};
   std::vector<std::string> bench_flags = {
-      "suite",        "backend",     "scale",           "filter", "iters",
-      "warmup",       "seed",        "threads",         "kernel", "verify",
-      "verify_gflop", "time_budget", "decode_schedule", "timing", "json",
-      "gemm_n",       "op",          "extra_s_kv",      "n"};
+      "suite",   "backend", "scale",  "filter",       "iters",       "warmup",          "seed",
+      "threads", "kernel",  "verify", "verify_gflop", "time_budget", "decode_schedule", "timing",
+      "json",    "gemm_n",  "op",     "extra_s_kv",   "n",           "shared_indices"};
   bench_flags.insert(bench_flags.end(), shape.begin(), shape.end());
   std::vector<std::string> list_flags = {"op", "topk_length", "extra_topk_length"};
   list_flags.insert(list_flags.end(), shape.begin(), shape.end());

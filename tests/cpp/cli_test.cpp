@@ -201,6 +201,40 @@ TEST(Cli, BenchDecodeScheduleBuildIsReproducible) {
   EXPECT_NE(run.cli.output.find("built in every timed call"), std::string::npos) << run.cli.output;
 }
 
+// Draft tokens sharing their request's indices (--shared_indices): named, recorded, verified, and
+// fewer distinct rows to gather than with independent lists; refused where it means nothing.
+TEST(Cli, BenchSharedIndicesNamesRecordsAndGathersFewerRows) {
+  const std::string c =
+      "--backend cpu --op decode --format v4_fp8 --b 4 --s_q 4 --h_q 4 "
+      "--topk 256 --s_kv 4096 --iters 2 --warmup 0";
+  BenchRun shared = run_bench(c + " --shared_indices 0.8", "shared");
+  ASSERT_EQ(shared.cli.exit_code, 0) << shared.cli.output;
+  BenchRun independent = run_bench(c, "independent");
+  ASSERT_EQ(independent.cli.exit_code, 0) << independent.cli.output;
+  const nlohmann::json& s = shared.json["cases"][0];
+  const nlohmann::json& i = independent.json["cases"][0];
+  EXPECT_EQ(s["name"], "decode v4_fp8 h_q=4 b=4 s_q=4 topk=256(p64) shared=0.80");
+  EXPECT_DOUBLE_EQ(s["shape_full"]["shared_indices"].get<double>(), 0.8);
+  EXPECT_FALSE(i["shape_full"].contains("shared_indices"));
+  EXPECT_TRUE(s["verify"]["ok"].get<bool>()) << s.dump();
+  // 3 of 4 tokens per request share ~80 % of token 0's rows: ~0.4x the distinct rows.
+  EXPECT_LT(s["bytes"].get<double>(), 0.6 * i["bytes"].get<double>());
+  EXPECT_NE(s["reproduce"].get<std::string>().find("--shared_indices 0.80"), std::string::npos);
+
+  for (const std::string& bad :
+       {std::string("bench --backend cpu --op decode --b 1 --s_q 1 --h_q 4 --topk 8 --s_kv 64 "
+                    "--shared_indices 0.5"),
+        std::string("bench --backend cpu --op prefill --d_qk 512 --s_q 2 --h_q 4 --topk 8 "
+                    "--s_kv 64 --shared_indices 0.5"),
+        std::string("bench --suite v41 --shared_indices 0.5"),
+        std::string("bench --backend cpu --op decode --b 1 --s_q 2 --h_q 4 --topk 8 --s_kv 64 "
+                    "--shared_indices 1.5")}) {
+    CliRun r = run_cli(bad);
+    EXPECT_EQ(r.exit_code, 2) << bad << "\n" << r.output;
+    EXPECT_NE(r.output.find("shared_indices"), std::string::npos) << r.output;
+  }
+}
+
 // The v41 suite: each V4.1 case (v41_fp8 main + v41_fp4 extra) beside the same problem stored as
 // v4_fp8 records; bytes count each cache with its own record size.
 TEST(Cli, BenchV41SuiteRunsEachCaseBesideItsV4Storage) {

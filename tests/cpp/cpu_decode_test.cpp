@@ -381,6 +381,31 @@ TEST(CpuDecode, MtpQueriesPerTokenLengths) {
   expect_cpu_matches_reference(r);
 }
 
+// Draft tokens sharing 50-90 % of their request's indices (recipe shared_indices), every format
+// with its extra cache where it has one: the lists overlap as MTP verification's do.
+TEST(CpuDecode, DraftTokensShareIndices) {
+  for (KvCacheFormat f : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8, KvCacheFormat::kBf16,
+                          KvCacheFormat::kV41Fp8}) {
+    for (double shared : {0.5, 0.9}) {
+      DecodeRecipe r;
+      r.format = f;
+      r.b = 3;
+      r.s_q = 4;
+      r.h_q = 16;
+      r.topk = 96;
+      r.topk_length_per_token = true;
+      r.extra_cache = f != KvCacheFormat::kV32Fp8 && f != KvCacheFormat::kBf16;
+      if (f == KvCacheFormat::kV41Fp8) r.extra_format = KvCacheFormat::kV41Fp4;
+      r.extra_topk = 64;
+      r.extra_page_block_size = 16;
+      r.shared_indices = shared;
+      r.seed = 34;
+      SCOPED_TRACE(std::string(kv_cache_format_name(f)) + " shared " + std::to_string(shared));
+      expect_cpu_matches_reference(r);
+    }
+  }
+}
+
 TEST(CpuDecode, CacheSmallerThanTopk) {
   DecodeRecipe r;
   r.topk = 100;

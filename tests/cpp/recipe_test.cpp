@@ -174,6 +174,58 @@ TEST(Recipe, RejectsImpossibleRecipes) {
   d.d_qk = 576;  // v4 is 512 only
   DecodeCase dc;
   EXPECT_FALSE(make_decode_case(d, &dc).ok());
+  DecodeRecipe shared;
+  for (double bad : {-0.1, 1.5, std::nan("")}) {
+    shared.shared_indices = bad;
+    EXPECT_FALSE(make_decode_case(shared, &dc).ok()) << bad;
+  }
+}
+
+// Draft tokens share their request's token-0 entries at about the recipe's rate, in both lists;
+// token 0 itself is left as drawn; 0 gives independent lists. (Empty queries, which keep their
+// draws, are off here so that every draft token counts.)
+TEST(Recipe, DraftTokensShareTheirRequestsIndices) {
+  for (double fraction : {0.0, 0.5, 0.9}) {
+    DecodeRecipe r;
+    r.b = 6;
+    r.s_q = 4;
+    r.topk = 256;
+    r.extra_cache = true;
+    r.extra_topk = 128;
+    r.shared_indices = fraction;
+    r.empty_queries = false;
+    DecodeCase c;
+    ASSERT_TRUE(make_decode_case(r, &c).ok());
+    DecodeRecipe independent = r;
+    independent.shared_indices = 0.0;
+    DecodeCase base;
+    ASSERT_TRUE(make_decode_case(independent, &base).ok());
+    const auto check = [&](const TensorView& view, const std::vector<int32_t>& got,
+                           const std::vector<int32_t>& drawn, int64_t topk, const char* list) {
+      int64_t same = 0, total = 0;
+      for (int64_t bi = 0; bi < r.b; ++bi) {
+        for (int64_t si = 0; si < r.s_q; ++si) {
+          const int64_t row = bi * view.strides[0] + si * view.strides[1];
+          const int64_t first = bi * view.strides[0];
+          for (int64_t k = 0; k < topk; ++k) {
+            const int32_t v = got[row + k];
+            if (si == 0) {
+              ASSERT_EQ(v, drawn[row + k]) << list << " b " << bi << " s " << si << " k " << k;
+              continue;
+            }
+            ASSERT_TRUE(v == drawn[row + k] || v == got[first + k]) << list;
+            same += v == got[first + k];
+            ++total;
+          }
+        }
+      }
+      const double rate = static_cast<double>(same) / static_cast<double>(total);
+      // Chance equality of independent draws is ~1/num_slots (plus the invalid-value mixture).
+      EXPECT_NEAR(rate, fraction, 0.05) << list << " shared_indices " << fraction;
+    };
+    check(c.indices_view, c.indices, base.indices, r.topk, "main");
+    check(*c.extra_indices_view, c.extra_indices, base.extra_indices, r.extra_topk, "extra");
+  }
 }
 
 }  // namespace

@@ -91,6 +91,10 @@ void declare_flags(FlagSet* f, Settings* s) {
              1 << 16);
   f->add_int("extra_s_kv", &s->extra_s_kv, "decode: extra cache tokens per request (0 = --s_kv)", 0,
              int64_t{1} << 31);
+  f->add_double("shared_indices", &s->shared_indices,
+                "decode: each entry of a draft token's (s >= 1) index lists is its request's "
+                "token-0 entry with this probability (MTP verification's overlap; 0 = none)",
+                0.0, 1.0);
   f->set_default_text("scale", "");
   for (const char* needed_with_op : {"s_q", "s_kv", "h_q", "d_qk", "topk", "n"}) {
     f->set_default_text(needed_with_op, "");
@@ -110,6 +114,9 @@ Status custom_case(const Settings& s, const FlagSet& f, BenchCase* c) {
     if (s.d_qk != 512 && s.d_qk != 576) {
       return invalid_argument("--d_qk = " + std::to_string(s.d_qk) + " must be 512 or 576");
     }
+    if (f.was_set("shared_indices")) {
+      return invalid_argument("--shared_indices is a decode flag (draft tokens of one request)");
+    }
     c->op = Operation::kSparsePrefill;
     c->prefill = {s.s_q, s.s_kv, s.h_q, s.d_qk, s.topk};
     return {};
@@ -128,6 +135,10 @@ Status custom_case(const Settings& s, const FlagSet& f, BenchCase* c) {
   if (f.was_set("extra_s_kv") && s.extra_topk == 0) {
     return invalid_argument("--extra_s_kv needs --extra_topk (an extra cache)");
   }
+  if (s.shared_indices > 0 && s.s_q < 2) {
+    return invalid_argument("--shared_indices = " + shared_indices_text(s.shared_indices) +
+                            " needs --s_q >= 2: it is the overlap of a request's draft tokens");
+  }
   DecodeShape& d = c->decode;
   d.b = s.b;
   d.s_q = s.s_q;
@@ -143,6 +154,7 @@ Status custom_case(const Settings& s, const FlagSet& f, BenchCase* c) {
   d.extra_topk = s.extra_topk;
   d.extra_page_block_size = d.has_extra ? s.extra_page_block_size : 0;
   d.extra_s_kv = d.has_extra ? (s.extra_s_kv > 0 ? s.extra_s_kv : s.s_kv) : 0;
+  d.shared_indices = s.shared_indices;
   return {};
 }
 
@@ -156,7 +168,7 @@ Status select_cases(const Settings& s, const FlagSet& f, std::vector<BenchCase>*
   } else {
     for (const char* shape : {"b", "s_q", "s_kv", "h_q", "d_qk", "topk", "format", "kv_layout",
                               "page_block_size", "extra_topk", "extra_format", "extra_kv_layout",
-                              "extra_page_block_size", "extra_s_kv", "n"}) {
+                              "extra_page_block_size", "extra_s_kv", "shared_indices", "n"}) {
       if (f.was_set(shape)) {
         return invalid_argument("--" + std::string(shape) + " describes a single case: add --op");
       }

@@ -39,6 +39,7 @@ Json shape_json(const BenchCase& c) {
     j["extra_page_block_size"] = d.extra_page_block_size;
     j["extra_s_kv"] = d.extra_s_kv;
   }
+  if (d.shared_indices > 0) j["shared_indices"] = d.shared_indices;
   return j;
 }
 

@@ -106,6 +106,7 @@ verify::DecodeRecipe decode_recipe(const DecodeShape& d, uint64_t seed) {
     r.extra_num_blocks =
         (d.b * d.extra_s_kv + d.extra_page_block_size - 1) / d.extra_page_block_size;
   }
+  r.shared_indices = d.shared_indices;
   r.topk_length = r.attn_sink = r.extra_topk_length = r.padded_strides = false;
   r.invalid_indices = r.empty_queries = r.poison_unused_rows = false;
   r.seed = seed;

@@ -51,6 +51,7 @@ struct Settings {
   int64_t b = 1, s_q = 0, s_kv = 0, h_q = 0, d_qk = 0, topk = 0, page_block_size = 64;
   CacheFlags caches;  // --format, --kv_layout, --extra_format, --extra_kv_layout
   int64_t extra_topk = 0, extra_page_block_size = 64, extra_s_kv = 0;
+  double shared_indices = 0;  // decode: draft tokens' share of their request's token-0 indices
   int64_t n = 0;
 
   Timing timing_mode() const { return timing == "isolated" ? Timing::kIsolated : Timing::kQueued; }

@@ -60,8 +60,9 @@ int writer_bench(const Settings& s, const FlagSet& f, const std::vector<std::str
     return kExitUsageError;
   };
   if (!f.was_set("n")) return usage_error("--op write_kv_cache needs --n (rows per call)");
-  for (const char* decode_only : {"b", "s_q", "h_q", "topk", "extra_topk", "extra_page_block_size",
-                                  "extra_s_kv", "extra_format", "extra_kv_layout"}) {
+  for (const char* decode_only :
+       {"b", "s_q", "h_q", "topk", "extra_topk", "extra_page_block_size", "extra_s_kv",
+        "extra_format", "extra_kv_layout", "shared_indices"}) {
     if (f.was_set(decode_only)) {
       return usage_error("--" + std::string(decode_only) +
                          " is not a flag of --op write_kv_cache (--n, --format, --kv_layout, "

@@ -90,6 +90,10 @@ verify::DecodeRecipe random_decode(std::mt19937_64& rng, uint64_t seed) {
         r.format == KvCacheFormat::kV41Fp8 && chance(rng, 0.6) ? KvCacheFormat::kV41Fp4 : r.format;
     r.extra_kv_layout = pick(rng, layouts);
   }
+  // Draft tokens sharing 50-90 % of their request's indices (drawn last, as above).
+  if (r.s_q > 1 && chance(rng, 0.3)) {
+    r.shared_indices = std::uniform_real_distribution<double>(0.5, 0.9)(rng);
+  }
   r.seed = seed;
   return r;
 }
@@ -121,6 +125,7 @@ std::string describe(const verify::DecodeRecipe& r) {
       os << (r.extra_topk_length_per_token ? " extra_topk_length[b,s_q]" : " extra_topk_length[b]");
     }
   }
+  if (r.shared_indices > 0) os << " shared_indices=" << r.shared_indices;
   os << (r.attn_sink ? " sink" : "") << (r.padded_strides ? " padded" : "")
      << (r.invalid_indices ? " invalid" : "") << (r.empty_queries ? " empty" : "")
      << (r.poison_unused_rows ? " poison" : "");

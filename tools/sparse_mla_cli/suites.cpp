@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 namespace sparse_mla::cli {
 
@@ -169,6 +170,12 @@ void add_v41(std::vector<BenchCase>* cases) {
 
 }  // namespace
 
+std::string shared_indices_text(double shared_indices) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f", shared_indices);
+  return text;
+}
+
 std::string BenchCase::name() const {
   if (op == Operation::kSparsePrefill) {
     const PrefillShape& p = prefill;
@@ -196,6 +203,7 @@ std::string BenchCase::name() const {
     n += "+" + std::to_string(d.extra_topk) + "(p" + std::to_string(d.extra_page_block_size) +
          extra + ")";
   }
+  if (d.shared_indices > 0) n += " shared=" + shared_indices_text(d.shared_indices);
   return n;
 }
 
@@ -245,6 +253,9 @@ std::vector<std::string> BenchCase::flags() const {
     if (d.extra_kv_layout != KvLayout::kDefault) {
       f.insert(f.end(), {"--extra_kv_layout", kv_layout_name(d.extra_kv_layout)});
     }
+  }
+  if (d.shared_indices > 0) {
+    f.insert(f.end(), {"--shared_indices", shared_indices_text(d.shared_indices)});
   }
   return f;
 }

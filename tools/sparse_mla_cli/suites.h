@@ -38,6 +38,8 @@ struct DecodeShape {
   std::optional<KvCacheFormat> extra_format;      // nullopt: the main cache's
   KvLayout extra_kv_layout = KvLayout::kDefault;  // kDefault: the extra format's own
   int64_t extra_topk = 0, extra_page_block_size = 0, extra_s_kv = 0;
+  // Draft tokens' share of their request's token-0 index entries (verify::DecodeRecipe).
+  double shared_indices = 0;
 
   KvCacheFormat extra() const { return extra_format.value_or(format); }
   // The cache's d_qk (bf16: 576).
@@ -46,6 +48,9 @@ struct DecodeShape {
     return d != 0 ? d : 576;
   }
 };
+
+// A shared_indices value as names and flags write it ("0.75").
+std::string shared_indices_text(double shared_indices);
 
 struct BenchCase {
   std::string suite;  // "v32", "v4-flash", ...; "custom" for a case given by flags

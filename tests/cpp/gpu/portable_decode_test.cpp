@@ -117,6 +117,7 @@ std::string describe(const verify::DecodeRecipe& r) {
     }
     s += " " + std::to_string(r.extra_topk) + " page " + std::to_string(r.extra_page_block_size);
   }
+  if (r.shared_indices > 0) s += " shared_indices " + std::to_string(r.shared_indices);
   return s + (r.attn_sink ? " sink" : "") + (r.padded_strides ? " padded" : "");
 }
 
@@ -351,6 +352,30 @@ TEST_P(PortableDecode, ExtraCacheAndPages) {
   }
 }
 
+// Draft tokens sharing 50-90 % of their request's indices (MTP verification), with an extra
+// cache, at 16 and 64 heads.
+TEST_P(PortableDecode, DraftTokensShareIndices) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int64_t h_q : {16, 64}) {
+    for (int64_t s_q : {2, 4}) {
+      for (double shared : {0.5, 0.9}) {
+        verify::DecodeRecipe r = base();
+        r.b = 5;
+        r.s_q = s_q;
+        r.h_q = h_q;
+        r.topk = 192;
+        r.topk_length_per_token = true;
+        r.extra_cache = true;
+        r.extra_topk = 128;
+        r.extra_page_block_size = 64;
+        r.shared_indices = shared;
+        r.seed = 1000 * s_q + h_q + static_cast<uint64_t>(shared * 10);
+        check_case(r);
+      }
+    }
+  }
+}
+
 // Many requests (and zero-length ones): a schedule with several queries per part.
 TEST_P(PortableDecode, ManyRequests) {
   SMLA_SKIP_WITHOUT_GPU();
@@ -536,6 +561,24 @@ TEST_P(V41Decode, OddPagesAndShortLists) {
     r.attn_sink = false;
     r.padded_strides = false;
     check_case(r);
+  }
+}
+
+// Draft tokens sharing 50-90 % of their request's indices in both caches (V4.1's s_q 1 + drafts).
+TEST_P(V41Decode, DraftTokensShareIndices) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int64_t h_q : {16, 64}) {
+    for (double shared : {0.5, 0.9}) {
+      verify::DecodeRecipe r = base();
+      r.b = 3;
+      r.s_q = 4;
+      r.h_q = h_q;
+      r.topk_length_per_token = true;
+      r.extra_topk_length_per_token = true;
+      r.shared_indices = shared;
+      r.seed = 4000 + h_q + static_cast<uint64_t>(shared * 10);
+      check_case(r);
+    }
   }
 }
 

@@ -53,6 +53,11 @@ struct DecodeRecipe {
   bool invalid_indices = true;
   bool empty_queries = true;
   bool poison_unused_rows = true;
+  // Draft tokens (MTP verification): each entry of a token s >= 1's index lists (main and extra)
+  // is its request's token-0 entry at the same position with this probability, so the s_q
+  // tokens of one request share most of their rows, as in real traffic; 0 = independent lists.
+  // In [0, 1]; queries drawn empty stay empty.
+  double shared_indices = 0.0;
   std::optional<float> softmax_scale;
   uint64_t seed = 1;
 };
