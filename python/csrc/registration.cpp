@@ -49,7 +49,10 @@ TORCH_LIBRARY(sparse_mla, m) {
       tags);
 }
 
-TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) {
+namespace {
+
+// The same kernels serve CPU and CUDA tensors: each picks its back end from the tensors' device.
+void register_kernels(torch::Library& m) {
   m.impl("sparse_prefill", &sparse_mla::python::sparse_prefill);
   m.impl("plan_decode", &sparse_mla::python::plan_decode);
   m.impl("sparse_decode", &sparse_mla::python::sparse_decode);
@@ -60,16 +63,11 @@ TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) {
   m.impl("write_kv_cache", &sparse_mla::python::write_kv_cache);
 }
 
-TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) {
-  m.impl("sparse_prefill", &sparse_mla::python::sparse_prefill);
-  m.impl("plan_decode", &sparse_mla::python::plan_decode);
-  m.impl("sparse_decode", &sparse_mla::python::sparse_decode);
-  m.impl("sparse_prefill_alloc", &sparse_mla::python::sparse_prefill_alloc);
-  m.impl("sparse_decode_alloc", &sparse_mla::python::sparse_decode_alloc);
-  m.impl("quantize_kv_cache", &sparse_mla::python::quantize_kv_cache);
-  m.impl("dequantize_kv_cache", &sparse_mla::python::dequantize_kv_cache);
-  m.impl("write_kv_cache", &sparse_mla::python::write_kv_cache);
-}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(sparse_mla, CPU, m) { register_kernels(m); }
+
+TORCH_LIBRARY_IMPL(sparse_mla, CUDA, m) { register_kernels(m); }
 
 // No operator has a backward: an input that requires grad raises instead of giving outputs
 // without gradients.
