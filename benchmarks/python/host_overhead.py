@@ -134,6 +134,10 @@ def main() -> int:
             a["q"], a["kv_cache"], a["indices"], a["topk_length"], a["attn_sink"],
             a["extra_kv_cache"], a["extra_indices"], a["extra_topk_length"], None, None, 512,
             plan.workspace, False, None, None, None)
+        times["piece: _sparse_mla_eager.sparse_decode, outputs given"] = lambda: sparse_mla.ops.\
+            _EAGER_DECODE(a["q"], a["kv_cache"], a["indices"], a["topk_length"], a["attn_sink"],
+                          a["extra_kv_cache"], a["extra_indices"], a["extra_topk_length"], None,
+                          None, 512, None, False, out, lse, None, None, None)
     rounds = {name: [] for name in times}
     for _ in range(opts.rounds):
         for name, call in times.items():

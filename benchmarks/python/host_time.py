@@ -246,15 +246,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     wanted = set(filter(None, opts.cases.split(",")))
     results = []
 
-    eager = (sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC)
+    switches = ("_EAGER_PREFILL_ALLOC", "_EAGER_PREFILL", "_EAGER_DECODE_ALLOC", "_EAGER_DECODE")
+    eager = {name: getattr(sparse_mla.ops, name) for name in switches}
 
     def use_eager(on: bool) -> Callable[[], None]:
         def setup():
-            sparse_mla.ops._EAGER_PREFILL_ALLOC, sparse_mla.ops._EAGER_DECODE_ALLOC = \
-                eager if on else (None, None)
+            for name, function in eager.items():
+                setattr(sparse_mla.ops, name, function if on else None)
         return setup
 
-    both = opts.dispatcher_too and eager[1] is not None
+    both = opts.dispatcher_too and eager["_EAGER_DECODE_ALLOC"] is not None
 
     def run(name: str, api: str, call: Callable[[], object], shapes: Dict):
         if wanted and name not in wanted:

@@ -1,12 +1,12 @@
-// _sparse_mla_eager: the allocating prefill and decode operators called from Python without the
+// _sparse_mla_eager: the prefill, decode and cache-writer operators called from Python without the
 // torch dispatcher, for eager calls on plain tensors.
 //
 // Why: an eager `torch.ops.sparse_mla.sparse_decode_alloc(...)` goes through torch's boxed path
 // (Python arguments -> an IValue stack -> the unboxed kernel), which was 22 % of an isolated V4
 // decode call's host time on the H200 machine (py-spy, benchmarks/results/
 // python-host-time-h200-2026-12-02-6f5ef2a/). These functions convert the arguments themselves
-// (CPython vectorcall, no pybind11) and call the very kernels the operators register
-// (attention_ops.cpp), so validation, errors and results are the operators' own.
+// (CPython vectorcall) and call the very kernels the operators register (attention_ops.cpp,
+// kv_cache_ops.cpp), so validation, errors and results are the operators' own.
 //
 // When the dispatcher is needed they return NotImplemented and the Python caller (ops.py) calls
 // the operator instead: a tensor that is not exactly torch.Tensor (FakeTensor, functional or
@@ -122,12 +122,67 @@ PyObject* wrap_all(std::initializer_list<at::Tensor> tensors) {
   return tuple;
 }
 
-// sparse_prefill_alloc(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
-PyObject* eager_prefill_alloc(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+// One eager call: `body` reads its arguments and runs the operator's kernel, returning the Python
+// result; torch's exception translation around it (c10::ValueError -> ValueError, ...), and
+// NotImplemented when the call needs the dispatcher.
+template <typename Body>
+PyObject* eager_call(const char* op, PyObject* const* args, Py_ssize_t nargs, Py_ssize_t expected,
+                     Body&& body) {
   HANDLE_TH_ERRORS
   if (modes_active()) Py_RETURN_NOTIMPLEMENTED;
   try {
-    ArgReader a("sparse_prefill", args, nargs, 7);
+    ArgReader a(op, args, nargs, expected);
+    return body(a);
+  } catch (const UseDispatcher&) {
+    Py_RETURN_NOTIMPLEMENTED;
+  }
+  END_HANDLE_TH_ERRORS
+}
+
+// Runs a kernel without the GIL (as torch.ops' Python entry does), under the operator's name in
+// the profiler.
+template <typename Fn>
+auto run_released(const char* name, Fn&& fn) {
+  RECORD_FUNCTION(name, c10::ArrayRef<const c10::IValue>{});
+  pybind11::gil_scoped_release no_gil;
+  return fn();
+}
+
+// The inputs every decode operator takes first: (q, kv_cache, indices, topk_length, attn_sink,
+// extra_kv_cache, extra_indices, extra_topk_length, kv_format, softmax_scale, d_v, workspace,
+// reuse_schedule), and its three cache names (kv_layout, extra_kv_format, extra_kv_layout) at
+// `names_at`.
+struct DecodeInputs {
+  at::Tensor q, kv_cache, indices;
+  std::optional<at::Tensor> topk_length, attn_sink, extra_kv_cache, extra_indices,
+      extra_topk_length, workspace;
+  std::optional<std::string_view> kv_format, kv_layout, extra_kv_format, extra_kv_layout;
+  std::optional<double> softmax_scale;
+  int64_t d_v = 0;
+  bool reuse_schedule = false;
+
+  DecodeInputs(ArgReader& a, Py_ssize_t names_at)
+      : q(a.tensor(0)),
+        kv_cache(a.tensor(1)),
+        indices(a.tensor(2)),
+        topk_length(a.optional_tensor(3)),
+        attn_sink(a.optional_tensor(4)),
+        extra_kv_cache(a.optional_tensor(5)),
+        extra_indices(a.optional_tensor(6)),
+        extra_topk_length(a.optional_tensor(7)),
+        workspace(a.optional_tensor(11)),
+        kv_format(a.optional_text(8)),
+        kv_layout(a.optional_text(names_at)),
+        extra_kv_format(a.optional_text(names_at + 1)),
+        extra_kv_layout(a.optional_text(names_at + 2)),
+        softmax_scale(a.optional_number(9)),
+        d_v(a.integer(10)),
+        reuse_schedule(a.flag(12)) {}
+};
+
+// sparse_prefill_alloc(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+PyObject* eager_prefill_alloc(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return eager_call("sparse_prefill", args, nargs, 7, [](ArgReader& a) -> PyObject* {
     const at::Tensor& q = a.tensor(0);
     const at::Tensor& kv = a.tensor(1);
     const at::Tensor& indices = a.tensor(2);
@@ -135,70 +190,89 @@ PyObject* eager_prefill_alloc(PyObject*, PyObject* const* args, Py_ssize_t nargs
     const int64_t d_v = a.integer(4);
     const std::optional<at::Tensor> attn_sink = a.optional_tensor(5);
     const std::optional<at::Tensor> topk_length = a.optional_tensor(6);
-    RECORD_FUNCTION("sparse_mla::sparse_prefill_alloc", c10::ArrayRef<const c10::IValue>{});
-    at::Tensor out, max_logits, lse;
-    {
-      pybind11::gil_scoped_release no_gil;
-      std::tie(out, max_logits, lse) =
-          sparse_prefill_alloc(q, kv, indices, sm_scale, d_v, attn_sink, topk_length);
-    }
+    const auto [out, max_logits, lse] = run_released("sparse_mla::sparse_prefill_alloc", [&] {
+      return sparse_prefill_alloc(q, kv, indices, sm_scale, d_v, attn_sink, topk_length);
+    });
     return wrap_all({out, max_logits, lse});
-  } catch (const UseDispatcher&) {
-    Py_RETURN_NOTIMPLEMENTED;
-  }
-  END_HANDLE_TH_ERRORS
+  });
 }
 
-// sparse_decode_alloc(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
-//                     extra_indices, extra_topk_length, kv_format, softmax_scale, d_v,
-//                     workspace, reuse_schedule, kv_layout, extra_kv_format, extra_kv_layout)
-PyObject* eager_decode_alloc(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
-  HANDLE_TH_ERRORS
-  if (modes_active()) Py_RETURN_NOTIMPLEMENTED;
-  try {
-    ArgReader a("sparse_decode", args, nargs, 16);
+// sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out, max_logits, lse)
+PyObject* eager_prefill(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return eager_call("sparse_prefill", args, nargs, 10, [](ArgReader& a) -> PyObject* {
     const at::Tensor& q = a.tensor(0);
-    const at::Tensor& kv_cache = a.tensor(1);
+    const at::Tensor& kv = a.tensor(1);
     const at::Tensor& indices = a.tensor(2);
-    const std::optional<at::Tensor> topk_length = a.optional_tensor(3);
-    const std::optional<at::Tensor> attn_sink = a.optional_tensor(4);
-    const std::optional<at::Tensor> extra_kv_cache = a.optional_tensor(5);
-    const std::optional<at::Tensor> extra_indices = a.optional_tensor(6);
-    const std::optional<at::Tensor> extra_topk_length = a.optional_tensor(7);
-    const std::optional<std::string_view> kv_format = a.optional_text(8);
-    const std::optional<double> softmax_scale = a.optional_number(9);
-    const int64_t d_v = a.integer(10);
-    const std::optional<at::Tensor> workspace = a.optional_tensor(11);
-    const bool reuse_schedule = a.flag(12);
-    const std::optional<std::string_view> kv_layout = a.optional_text(13);
-    const std::optional<std::string_view> extra_kv_format = a.optional_text(14);
-    const std::optional<std::string_view> extra_kv_layout = a.optional_text(15);
-    RECORD_FUNCTION("sparse_mla::sparse_decode_alloc", c10::ArrayRef<const c10::IValue>{});
-    at::Tensor out, lse;
-    {
-      pybind11::gil_scoped_release no_gil;
-      std::tie(out, lse) = sparse_decode_alloc(
-          q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-          extra_topk_length, kv_format, softmax_scale, d_v, workspace, reuse_schedule, kv_layout,
-          extra_kv_format, extra_kv_layout);
-    }
+    const double sm_scale = a.number(3);
+    const int64_t d_v = a.integer(4);
+    const std::optional<at::Tensor> attn_sink = a.optional_tensor(5);
+    const std::optional<at::Tensor> topk_length = a.optional_tensor(6);
+    at::Tensor out = a.tensor(7), max_logits = a.tensor(8), lse = a.tensor(9);
+    run_released("sparse_mla::sparse_prefill", [&] {
+      sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out, max_logits, lse);
+    });
+    Py_RETURN_NONE;
+  });
+}
+
+// sparse_decode_alloc(<DecodeInputs>, kv_layout, extra_kv_format, extra_kv_layout)
+PyObject* eager_decode_alloc(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return eager_call("sparse_decode", args, nargs, 16, [](ArgReader& a) -> PyObject* {
+    const DecodeInputs d(a, 13);
+    const auto [out, lse] = run_released("sparse_mla::sparse_decode_alloc", [&] {
+      return sparse_decode_alloc(d.q, d.kv_cache, d.indices, d.topk_length, d.attn_sink,
+                                 d.extra_kv_cache, d.extra_indices, d.extra_topk_length,
+                                 d.kv_format, d.softmax_scale, d.d_v, d.workspace, d.reuse_schedule,
+                                 d.kv_layout, d.extra_kv_format, d.extra_kv_layout);
+    });
     return wrap_all({out, lse});
-  } catch (const UseDispatcher&) {
-    Py_RETURN_NOTIMPLEMENTED;
-  }
-  END_HANDLE_TH_ERRORS
+  });
+}
+
+// sparse_decode(<DecodeInputs>, out, lse, kv_layout, extra_kv_format, extra_kv_layout)
+PyObject* eager_decode(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return eager_call("sparse_decode", args, nargs, 18, [](ArgReader& a) -> PyObject* {
+    const DecodeInputs d(a, 15);
+    at::Tensor out = a.tensor(13), lse = a.tensor(14);
+    run_released("sparse_mla::sparse_decode", [&] {
+      sparse_decode(d.q, d.kv_cache, d.indices, d.topk_length, d.attn_sink, d.extra_kv_cache,
+                    d.extra_indices, d.extra_topk_length, d.kv_format, d.softmax_scale, d.d_v,
+                    d.workspace, d.reuse_schedule, out, lse, d.kv_layout, d.extra_kv_format,
+                    d.extra_kv_layout);
+    });
+    Py_RETURN_NONE;
+  });
+}
+
+// write_kv_cache(rows, slot_mapping, cache, kv_format, kv_layout): an engine's every step.
+PyObject* eager_write_kv_cache(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+  return eager_call("write_kv_cache", args, nargs, 5, [](ArgReader& a) -> PyObject* {
+    const at::Tensor& rows = a.tensor(0);
+    const at::Tensor& slot_mapping = a.tensor(1);
+    at::Tensor cache = a.tensor(2);
+    const std::optional<std::string_view> kv_format = a.optional_text(3);
+    const std::optional<std::string_view> kv_layout = a.optional_text(4);
+    run_released("sparse_mla::write_kv_cache",
+                 [&] { write_kv_cache(rows, slot_mapping, cache, kv_format, kv_layout); });
+    Py_RETURN_NONE;
+  });
 }
 
 PyMethodDef kMethods[] = {
     {"sparse_prefill_alloc", reinterpret_cast<PyCFunction>(eager_prefill_alloc), METH_FASTCALL,
      "sparse_mla::sparse_prefill_alloc on plain tensors, or NotImplemented"},
+    {"sparse_prefill", reinterpret_cast<PyCFunction>(eager_prefill), METH_FASTCALL,
+     "sparse_mla::sparse_prefill on plain tensors, or NotImplemented"},
     {"sparse_decode_alloc", reinterpret_cast<PyCFunction>(eager_decode_alloc), METH_FASTCALL,
      "sparse_mla::sparse_decode_alloc on plain tensors, or NotImplemented"},
+    {"sparse_decode", reinterpret_cast<PyCFunction>(eager_decode), METH_FASTCALL,
+     "sparse_mla::sparse_decode on plain tensors, or NotImplemented"},
+    {"write_kv_cache", reinterpret_cast<PyCFunction>(eager_write_kv_cache), METH_FASTCALL,
+     "sparse_mla::write_kv_cache on plain tensors, or NotImplemented"},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_sparse_mla_eager",
-                       "Eager calls of the allocating operators without the dispatcher", -1,
-                       kMethods};
+                       "Eager calls of the operators without the dispatcher", -1, kMethods};
 
 }  // namespace
 }  // namespace sparse_mla::python

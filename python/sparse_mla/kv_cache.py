@@ -347,10 +347,17 @@ def write_kv_cache(
     """
     # A string goes to the operator as it is: it names the operation and a bad value.
     name = kv_format.name if isinstance(kv_format, KvCacheFormat) else kv_format
-    _WRITE(rows, slot_mapping, cache, name, kv_layout)
+    # Eager calls on plain tensors skip the dispatcher (python/csrc/eager_calls.cpp; see ops.py).
+    if _EAGER_WRITE is None or torch.compiler.is_compiling() or \
+            _EAGER_WRITE(rows, slot_mapping, cache, name, kv_layout) is NotImplemented:
+        _WRITE(rows, slot_mapping, cache, name, kv_layout)
     return cache
 
 
 _QUANTIZE = torch.ops.sparse_mla.quantize_kv_cache.default
 _DEQUANTIZE = torch.ops.sparse_mla.dequantize_kv_cache.default
 _WRITE = torch.ops.sparse_mla.write_kv_cache.default
+try:
+    from sparse_mla._sparse_mla_eager import write_kv_cache as _EAGER_WRITE
+except ImportError:  # built without Python's headers: every call through torch.ops
+    _EAGER_WRITE = None

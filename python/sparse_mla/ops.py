@@ -76,7 +76,8 @@ def sparse_prefill(
         max_logits = torch.empty((s_q, h_q), dtype=torch.float32, device=q.device)
     if lse is None:
         lse = torch.empty((s_q, h_q), dtype=torch.float32, device=q.device)
-    _PREFILL(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length, out, max_logits, lse)
+    _prefill_into(q, kv, indices, float(sm_scale), d_v, attn_sink, topk_length, out, max_logits,
+                  lse)
     return out, max_logits, lse
 
 
@@ -282,7 +283,6 @@ def sparse_decode(
                              extra_indices, extra_topk_length, name, scale, d_v, workspace,
                              reuse_schedule, kv_layout, _format_name(extra_kv_format),
                              extra_kv_layout)
-    layouts = _layout_args(kv_layout, extra_kv_format, extra_kv_layout)
     b, s_q, h_q = (q.shape[0], q.shape[1], q.shape[2]) if q.dim() == 4 else (0, 0, 0)
     if out is None:
         # An unsupported d_v gets an empty placeholder: validation reports d_v before any size.
@@ -290,8 +290,9 @@ def sparse_decode(
                           device=q.device)
     if lse is None:
         lse = torch.empty((b, s_q, h_q), dtype=torch.float32, device=q.device)
-    _DECODE(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
-            extra_topk_length, name, scale, d_v, workspace, reuse_schedule, out, lse, **layouts)
+    _decode_into(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                 extra_topk_length, name, scale, d_v, workspace, reuse_schedule, out, lse,
+                 kv_layout, _format_name(extra_kv_format), extra_kv_layout)
     return out, lse
 
 
@@ -301,17 +302,18 @@ _PLAN = torch.ops.sparse_mla.plan_decode.default
 _DECODE = torch.ops.sparse_mla.sparse_decode.default
 _DECODE_ALLOC = torch.ops.sparse_mla.sparse_decode_alloc.default
 
-# The allocating operators without the dispatcher (python/csrc/eager_calls.cpp): eager calls on
-# plain CPU / CUDA tensors skip torch's boxed path; they return NotImplemented where the
-# operator is needed (tensor subclasses, grad, meta tensors, torch-function / dispatch modes),
-# and torch.compile traces the operators. Absent when the package was built without Python's
-# headers.
+# The operators without the dispatcher (python/csrc/eager_calls.cpp): eager calls on plain CPU /
+# CUDA tensors skip torch's boxed path; they return NotImplemented where the operator is needed
+# (tensor subclasses, grad, meta tensors, torch-function / dispatch modes), and torch.compile
+# traces the operators. Absent when the package was built without Python's headers.
 try:
     from sparse_mla import _sparse_mla_eager
 except ImportError:
     _sparse_mla_eager = None
 _EAGER_PREFILL_ALLOC = getattr(_sparse_mla_eager, "sparse_prefill_alloc", None)
+_EAGER_PREFILL = getattr(_sparse_mla_eager, "sparse_prefill", None)
 _EAGER_DECODE_ALLOC = getattr(_sparse_mla_eager, "sparse_decode_alloc", None)
+_EAGER_DECODE = getattr(_sparse_mla_eager, "sparse_decode", None)
 _is_compiling = torch.compiler.is_compiling
 
 
@@ -322,6 +324,32 @@ def _prefill_alloc(q, kv, indices, sm_scale: float, d_v: int, attn_sink, topk_le
         if result is not NotImplemented:
             return result
     return _PREFILL_ALLOC(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+
+
+def _prefill_into(q, kv, indices, sm_scale: float, d_v: int, attn_sink, topk_length, out,
+                  max_logits, lse) -> None:
+    """``sparse_mla::sparse_prefill``: writes out, max_logits and lse."""
+    if _EAGER_PREFILL is not None and not _is_compiling():
+        if _EAGER_PREFILL(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out,
+                          max_logits, lse) is not NotImplemented:
+            return
+    _PREFILL(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out, max_logits, lse)
+
+
+def _decode_into(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+                 extra_topk_length, kv_format: Optional[str], softmax_scale: Optional[float],
+                 d_v: int, workspace, reuse_schedule: bool, out, lse, kv_layout: Optional[str],
+                 extra_kv_format: Optional[str], extra_kv_layout: Optional[str]) -> None:
+    """``sparse_mla::sparse_decode``: writes out and lse. Names are strings or None."""
+    if _EAGER_DECODE is not None and not _is_compiling():
+        if _EAGER_DECODE(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache,
+                         extra_indices, extra_topk_length, kv_format, softmax_scale, d_v,
+                         workspace, reuse_schedule, out, lse, kv_layout, extra_kv_format,
+                         extra_kv_layout) is not NotImplemented:
+            return
+    _DECODE(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,
+            extra_topk_length, kv_format, softmax_scale, d_v, workspace, reuse_schedule, out, lse,
+            **_layout_args(kv_layout, extra_kv_format, extra_kv_layout))
 
 
 def _decode_alloc(q, kv_cache, indices, topk_length, attn_sink, extra_kv_cache, extra_indices,

@@ -1,6 +1,7 @@
-"""The eager-call module (python/csrc/eager_calls.cpp): the allocating operators called without
-the dispatcher give the operators' results and errors bit for bit, and hand every call that needs
-the dispatcher back (NotImplemented): tensor subclasses, grad, meta tensors, dispatch modes."""
+"""The eager-call module (python/csrc/eager_calls.cpp): the operators called without the
+dispatcher (prefill and decode, allocating or into given outputs, the cache writer) give the
+operators' results and errors bit for bit, and hand every call that needs the dispatcher back
+(NotImplemented): tensor subclasses, grad, meta tensors, dispatch modes."""
 
 import os
 import sysconfig
@@ -60,7 +61,12 @@ def test_decode_matches_the_operator(fmt, extra, layout):
     positional = decode_positional(args)
     got = EAGER.sparse_decode_alloc(*positional)
     assert got is not NotImplemented
-    assert_identical(got, through_dispatcher(positional))
+    want = through_dispatcher(positional)
+    assert_identical(got, want)
+    # Into given outputs (sentinel-filled), the plain operator's form.
+    out, lse = torch.full_like(want[0], 7.0), torch.full_like(want[1], 7.0)
+    assert EAGER.sparse_decode(*positional[:13], out, lse, *positional[13:]) is None
+    assert_identical((out, lse), want)
 
 
 @needs_eager
@@ -70,7 +76,26 @@ def test_prefill_matches_the_operator():
                   a["topk_length"])
     got = EAGER.sparse_prefill_alloc(*positional)
     assert got is not NotImplemented
-    assert_identical(got, ops._PREFILL_ALLOC(*positional))
+    want = ops._PREFILL_ALLOC(*positional)
+    assert_identical(got, want)
+    outputs = [torch.full_like(w, 7.0) for w in want]
+    assert EAGER.sparse_prefill(*positional, *outputs) is None
+    assert_identical(outputs, want)
+
+
+@needs_eager
+@pytest.mark.parametrize("fmt", ["v32_fp8", "v4_fp8", "v41_fp4"])
+def test_cache_writer_matches_the_operator(fmt):
+    info = sparse_mla.kv_cache_format(fmt)
+    rows = (torch.randn(9, info.d_qk, generator=torch.Generator().manual_seed(5)) / 10).to(
+        torch.bfloat16)
+    slots = torch.tensor([3, -1, 17, 0, 40, 41, 5, -7, 12], dtype=torch.int32)
+    want, got = sparse_mla.empty_kv_cache(8, 6, fmt), sparse_mla.empty_kv_cache(8, 6, fmt)
+    torch.ops.sparse_mla.write_kv_cache.default(rows, slots, want, fmt, None)
+    assert EAGER.write_kv_cache(rows, slots, got, fmt, None) is None
+    assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    with pytest.raises(ValueError, match="write_kv_cache"):
+        EAGER.write_kv_cache(rows[:, :100], slots, got, fmt, None)
 
 
 @needs_eager
