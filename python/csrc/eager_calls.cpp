@@ -180,36 +180,43 @@ struct DecodeInputs {
         reuse_schedule(a.flag(12)) {}
 };
 
-// sparse_prefill_alloc(q, kv, indices, sm_scale, d_v, attn_sink, topk_length)
+// The inputs of both prefill operators: (q, kv, indices, sm_scale, d_v, attn_sink, topk_length).
+struct PrefillInputs {
+  at::Tensor q, kv, indices;
+  double sm_scale = 0;
+  int64_t d_v = 0;
+  std::optional<at::Tensor> attn_sink, topk_length;
+
+  explicit PrefillInputs(ArgReader& a)
+      : q(a.tensor(0)),
+        kv(a.tensor(1)),
+        indices(a.tensor(2)),
+        sm_scale(a.number(3)),
+        d_v(a.integer(4)),
+        attn_sink(a.optional_tensor(5)),
+        topk_length(a.optional_tensor(6)) {}
+};
+
+// sparse_prefill_alloc(<PrefillInputs>)
 PyObject* eager_prefill_alloc(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return eager_call("sparse_prefill", args, nargs, 7, [](ArgReader& a) -> PyObject* {
-    const at::Tensor& q = a.tensor(0);
-    const at::Tensor& kv = a.tensor(1);
-    const at::Tensor& indices = a.tensor(2);
-    const double sm_scale = a.number(3);
-    const int64_t d_v = a.integer(4);
-    const std::optional<at::Tensor> attn_sink = a.optional_tensor(5);
-    const std::optional<at::Tensor> topk_length = a.optional_tensor(6);
+    const PrefillInputs p(a);
     const auto [out, max_logits, lse] = run_released("sparse_mla::sparse_prefill_alloc", [&] {
-      return sparse_prefill_alloc(q, kv, indices, sm_scale, d_v, attn_sink, topk_length);
+      return sparse_prefill_alloc(p.q, p.kv, p.indices, p.sm_scale, p.d_v, p.attn_sink,
+                                  p.topk_length);
     });
     return wrap_all({out, max_logits, lse});
   });
 }
 
-// sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out, max_logits, lse)
+// sparse_prefill(<PrefillInputs>, out, max_logits, lse)
 PyObject* eager_prefill(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   return eager_call("sparse_prefill", args, nargs, 10, [](ArgReader& a) -> PyObject* {
-    const at::Tensor& q = a.tensor(0);
-    const at::Tensor& kv = a.tensor(1);
-    const at::Tensor& indices = a.tensor(2);
-    const double sm_scale = a.number(3);
-    const int64_t d_v = a.integer(4);
-    const std::optional<at::Tensor> attn_sink = a.optional_tensor(5);
-    const std::optional<at::Tensor> topk_length = a.optional_tensor(6);
+    const PrefillInputs p(a);
     at::Tensor out = a.tensor(7), max_logits = a.tensor(8), lse = a.tensor(9);
     run_released("sparse_mla::sparse_prefill", [&] {
-      sparse_prefill(q, kv, indices, sm_scale, d_v, attn_sink, topk_length, out, max_logits, lse);
+      sparse_prefill(p.q, p.kv, p.indices, p.sm_scale, p.d_v, p.attn_sink, p.topk_length, out,
+                     max_logits, lse);
     });
     Py_RETURN_NONE;
   });
