@@ -381,7 +381,7 @@ void make_list(const DecodeRecipe& r, const ListPlan& p, const std::vector<uint8
   if (r.shared_indices > 0 && s_q > 1) {
     // Draft tokens take each entry of their request's token-0 list with probability
     // shared_indices (1/1024 steps), whatever the entry holds (valid, invalid, past the length).
-    const auto threshold = static_cast<int64_t>(std::clamp(r.shared_indices, 0.0, 1.0) * 1024);
+    const auto threshold = static_cast<int64_t>(r.shared_indices * 1024);  // checked in [0, 1]
     for (int64_t qi = 0; qi < b * s_q; ++qi) {
       if (qi % s_q == 0 || empty[qi]) continue;
       Rng rng(r.seed, kShared, (p.index_stream << 40) | static_cast<uint64_t>(qi));

@@ -1,4 +1,5 @@
-// Writes a command's --json result file, the one way every command does.
+// A command's --json result file, written the one way every command does: probed before the run,
+// written after it.
 #pragma once
 
 #include <filesystem>
@@ -9,13 +10,18 @@
 
 namespace sparse_mla::cli {
 
+// The message both checks give: the command and the flag value.
+inline void report_unwritable_json(const char* command, const std::string& path) {
+  std::cerr << "sparse-mla " << command << ": cannot write --json = '" << path << "'\n";
+}
+
 // Whether `path` can be written, asked before a run that can take minutes, so that a bad --json
 // is refused up front (the caller exits 2) and not after the run. The probe appends nothing and
 // removes the file if it made it; false after a message naming the command and the flag value.
 inline bool json_file_writable(const char* command, const std::string& path) {
   const bool existed = std::filesystem::exists(path);
   if (!std::ofstream(path, std::ios::app)) {
-    std::cerr << "sparse-mla " << command << ": cannot write --json = '" << path << "'\n";
+    report_unwritable_json(command, path);
     return false;
   }
   if (!existed) std::filesystem::remove(path);
@@ -29,7 +35,7 @@ inline bool write_json_file(const char* command, const std::string& path,
   std::ofstream file(path);
   file << j.dump(2) << "\n";
   if (!file) {
-    std::cerr << "sparse-mla " << command << ": cannot write --json = '" << path << "'\n";
+    report_unwritable_json(command, path);
     return false;
   }
   return true;
