@@ -183,26 +183,34 @@ __device__ __forceinline__ void issue_score_panels(uint32_t q, uint32_t kv, floa
   }
 }
 
-// S = Q K^T of stage `kStage`, the half that lands first (WG0's K0: left; WG1's K1: right) first,
-// so its MMAs run while the other half's rows are still in flight. Waits for the result.
-template <int kDqk, int kStage>
-__device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, int pair, float (&s)[32]) {
-  constexpr int kPanels = kDqk / 64;
+// Issues S (+)= Q K^T over one half of stage kStage's panels (half 0: panels 0-3, half 1: the
+// rest) once that half has landed; kOverwrite: its first k-step overwrites S.
+template <int kDqk, int kStage, int kHalf, bool kOverwrite>
+__device__ __forceinline__ void issue_score_half(uint32_t q, Smem<kDqk>& sm, uint32_t parity,
+                                                 float (&s)[32]) {
   const uint32_t kv = smem_u32(sm.kv[kStage]);
-  const uint32_t parity = pair & 1;
+  ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 * kStage + kHalf]), parity);
+  if constexpr (kHalf == 0) {
+    issue_score_panels<0, kLeftPanels, kOverwrite>(q, kv, s);
+  } else {
+    issue_score_panels<kLeftPanels, kDqk / 64, kOverwrite>(q, kv, s);
+  }
+}
+
+// The half of stage kStage its scorer frees first and the producer refills first (WG0's K0: left;
+// WG1's K1: right): its MMAs run while the other half's rows are still in flight.
+template <int kStage>
+inline constexpr int kFirstScoreHalf = kStage == 0 ? 0 : 1;
+
+// S = Q K^T of stage `kStage` at pair parity `parity`; waits for the result.
+template <int kDqk, int kStage>
+__device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, uint32_t parity,
+                                       float (&s)[32]) {
+  constexpr int kFirst = kFirstScoreHalf<kStage>;
   ptx::wgmma_fence_operands(s);
   ptx::wgmma_fence();
-  if constexpr (kStage == 0) {
-    ptx::mbarrier_wait_parity(smem_u32(&sm.full[0]), parity);
-    issue_score_panels<0, kLeftPanels, true>(q, kv, s);
-    ptx::mbarrier_wait_parity(smem_u32(&sm.full[1]), parity);
-    issue_score_panels<kLeftPanels, kPanels, false>(q, kv, s);
-  } else {
-    ptx::mbarrier_wait_parity(smem_u32(&sm.full[3]), parity);
-    issue_score_panels<kLeftPanels, kPanels, true>(q, kv, s);
-    ptx::mbarrier_wait_parity(smem_u32(&sm.full[2]), parity);
-    issue_score_panels<0, kLeftPanels, false>(q, kv, s);
-  }
+  issue_score_half<kDqk, kStage, kFirst, true>(q, sm, parity, s);
+  issue_score_half<kDqk, kStage, 1 - kFirst, false>(q, sm, parity, s);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operands(s);
@@ -279,11 +287,27 @@ __device__ __forceinline__ void issue_products_rs(uint32_t kv, int wg, const uin
   ptx::wgmma_commit_group();
 }
 
-// The same with P from a shared tile; waits for the products.
-__device__ __forceinline__ void products_ss(uint32_t kv, uint32_t p_tile, int wg, float (&o)[128]) {
+// One arrival per warp of the releasing warpgroup on a half-stage's empty barrier.
+__device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at) {
+  __syncwarp();
+  if (at.lane == 0) ptx::mbarrier_arrive(smem_u32(&empty));
+}
+
+// A pair's last products, O += P V with P from a shared tile (the peer's), then frees `empty`
+// (the half-stage they read). With has_next the warpgroup's scores of the next pair (stage
+// kStage) are queued behind the products, so the tensor cores go on from one to the other
+// without waiting for this warpgroup's round trip through wait, release and the next pair's
+// barrier wait; S holds them on return.
+template <int kDqk, int kStage>
+__device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_tile, int wg,
+                                                        uint32_t q, Smem<kDqk>& sm,
+                                                        bool has_next, uint32_t next_parity,
+                                                        uint64_t& empty, const ConsumerPlace& at,
+                                                        float (&o)[128], float (&s)[32]) {
   const uint64_t desc_v = value_desc(kv, wg);
   const uint64_t desc_p = ptx::wgmma_desc_sw128(p_tile, 16, 1024);
   ptx::wgmma_fence_operands(o);
+  ptx::wgmma_fence_operands(s);
   ptx::wgmma_fence();
 #pragma unroll
   for (int step = 0; step < 4; ++step) {
@@ -291,14 +315,22 @@ __device__ __forceinline__ void products_ss(uint32_t kv, uint32_t p_tile, int wg
                                 true);
   }
   ptx::wgmma_commit_group();
-  ptx::wgmma_wait_group<0>();
-  ptx::wgmma_fence_operands(o);
-}
-
-// One arrival per warp of the releasing warpgroup on a half-stage's empty barrier.
-__device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at) {
-  __syncwarp();
-  if (at.lane == 0) ptx::mbarrier_arrive(smem_u32(&empty));
+  if (has_next) {
+    constexpr int kFirst = kFirstScoreHalf<kStage>;
+    issue_score_half<kDqk, kStage, kFirst, true>(q, sm, next_parity, s);
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<1>();
+    ptx::wgmma_fence_operands(o);
+    release(empty, at);
+    issue_score_half<kDqk, kStage, 1 - kFirst, false>(q, sm, next_parity, s);
+    ptx::wgmma_commit_group();
+    ptx::wgmma_wait_group<0>();
+    ptx::wgmma_fence_operands(s);
+  } else {
+    ptx::wgmma_wait_group<0>();
+    ptx::wgmma_fence_operands(o);
+    release(empty, at);
+  }
 }
 
 // Both warpgroups hold the same running max m (per row, log2 domain) at every pair boundary, and
@@ -308,15 +340,14 @@ struct RowState {
   float l[2] = {0.0f, 0.0f};
 };
 
-// WG0's pair: S0 -> max after K0 (to WG1) -> P0 -> O_L += P0 V0_L -> the pair's max (from WG1)
-// -> P0 and O_L to it -> P0 to its tile (for WG1's O_R) -> O_L += P1 V1_L.
+// WG0's pair, S0 = Q K0^T in s on entry: max after K0 (to WG1) -> P0 -> O_L += P0 V0_L -> the
+// pair's max (from WG1) -> P0 and O_L to it -> P0 to its tile (for WG1's O_R) -> O_L += P1 V1_L,
+// the next pair's S0 queued behind it.
 template <int kDqk>
 __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, uint32_t p1_tile,
                                                  const ConsumerPlace& at, float scale_log2,
-                                                 int pair, Smem<kDqk>& sm, RowState& st,
-                                                 float (&o)[128]) {
-  float s[32];
-  scores<kDqk, 0>(q, sm, pair, s);
+                                                 int pair, bool has_next, Smem<kDqk>& sm,
+                                                 RowState& st, float (&s)[32], float (&o)[128]) {
   float mx[2], m_use[2], alpha[2];
   mask_scores(sm.valid[0], at, scale_log2, s, mx);
 #pragma unroll
@@ -357,19 +388,19 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
   store_p(p0_tile, at, p);
   ptx::named_barrier_arrive(kP0Ready, kConsumerThreads);
   ptx::named_barrier_sync(kP1Ready, kConsumerThreads);
-  products_ss(smem_u32(sm.kv[1]), p1_tile, 0, o);
-  release(sm.empty[2], at);  // K1 left: WG1's scores finished before P1 was ready
+  // K1 left: WG1's scores finished before P1 was ready.
+  products_ss_then_scores<kDqk, 0>(smem_u32(sm.kv[1]), p1_tile, 0, q, sm, has_next, (pair + 1) & 1,
+                                   sm.empty[2], at, o, s);
 }
 
-// WG1's pair: S1 -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 -> O_R += P1 V1_R,
-// P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R.
+// WG1's pair, S1 = Q K1^T in s on entry: the pair's max (WG0's after K0 and its own; to WG0) ->
+// P1 -> O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R, the next pair's S1
+// queued behind it.
 template <int kDqk>
 __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, uint32_t p0_tile,
                                                  const ConsumerPlace& at, float scale_log2,
-                                                 int pair, Smem<kDqk>& sm, RowState& st,
-                                                 float (&o)[128]) {
-  float s[32];
-  scores<kDqk, 1>(q, sm, pair, s);
+                                                 int pair, bool has_next, Smem<kDqk>& sm,
+                                                 RowState& st, float (&s)[32], float (&o)[128]) {
   float mx[2], m_use[2], alpha[2];
   mask_scores(sm.valid[1], at, scale_log2, s, mx);
   ptx::named_barrier_sync(kWg0MaxReady, kConsumerThreads);
@@ -393,8 +424,9 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
   ptx::wgmma_fence_operands(o);
   release(sm.empty[3], at);  // K1 right: read by WG1 only
   ptx::named_barrier_sync(kP0Ready, kConsumerThreads);
-  products_ss(smem_u32(sm.kv[0]), p0_tile, 1, o);
-  release(sm.empty[1], at);  // K0 right: WG0's scores finished before P0 was ready
+  // K0 right: WG0's scores finished before P0 was ready.
+  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, has_next, (pair + 1) & 1,
+                                   sm.empty[1], at, o, s);
 }
 
 template <int kDqk>
@@ -411,12 +443,23 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
   uint8_t* p1_tile = sm.p[0];
   uint8_t* p0_tile = kDqk == 576 ? sm.kv[0] + 8 * kPanelBytes : sm.p[kOwnPTiles<kDqk> - 1];
   const int num_pairs = (slots.num_blocks + 1) / 2;
-  if (num_pairs > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), 0);
-  for (int pair = 0; pair < num_pairs; ++pair) {
+  float s[32];
+  if (num_pairs > 0) {
+    ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), 0);
     if (at.wg == 0) {
-      consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, pair, sm, st, o);
+      scores<kDqk, 0>(q, sm, 0, s);
     } else {
-      consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, pair, sm, st, o);
+      scores<kDqk, 1>(q, sm, 0, s);
+    }
+  }
+  for (int pair = 0; pair < num_pairs; ++pair) {
+    const bool has_next = pair + 1 < num_pairs;
+    if (at.wg == 0) {
+      consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, pair, has_next, sm, st,
+                             s, o);
+    } else {
+      consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, pair, has_next, sm, st,
+                             s, o);
     }
   }
 
