@@ -5,6 +5,9 @@
 //   SMLA_DECODE_BLOCK_KEYS       32 | 64  the same for the decode tile
 //   SMLA_PREFILL_SM90A           0 | 1    the Hopper prefill kernel on sm_90 devices (default 1;
 //                                         0 runs the portable one there; kernel_tables.cpp)
+//   SMLA_PREFILL_SM90A_CTAS      1..2^20  caps the Hopper prefill's persistent grid (one CTA per
+//                                         SM by default), so that small tests walk several work
+//                                         items per CTA (sm90a/sparse_prefill/kernel.cuh)
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads
 //                                         (decode_launch_policy.cpp)
 //   SMLA_DECODE_WARP_SPECIALIZED 0 | 1    producer warps in the 16-row FP8 decode tile
@@ -30,6 +33,7 @@ namespace sparse_mla::cuda {
 struct CudaKnobs {
   detail::EnvKnob prefill_block_keys;
   detail::EnvKnob prefill_sm90a;
+  detail::EnvKnob prefill_sm90a_ctas;
   detail::EnvKnob decode_block_keys;
   detail::EnvKnob decode_pair_head_groups;
   detail::EnvKnob decode_warp_specialized;

@@ -1,6 +1,6 @@
 // Compile-time configuration and shared-memory plan of the Hopper sparse prefill kernel
-// (docs/kernels/sm90a_sparse_prefill.md). One CTA = one query token x 64 heads (the wgmma M);
-// 128 heads are two CTAs. Blocks of 64 keys come in pairs (K0 = ring stage 0, K1 = stage 1), and
+// (docs/kernels/sm90a_sparse_prefill.md). A work item = one query token x 64 heads (the wgmma M);
+// 128 heads are two items. A persistent grid of one CTA per SM walks the items. Blocks of 64 keys come in pairs (K0 = ring stage 0, K1 = stage 1), and
 // three warpgroups run the "seesaw" schedule:
 //   WG0, WG1  consumers: WG w scores block K_w on its own (S = Q K^T, m64n64k16, both operands
 //             from shared memory) and owns output columns [256 w, +256) of both blocks
@@ -56,8 +56,8 @@ inline constexpr int kPanelBytes = 64 * 128;  // one [64 rows][64 dims] panel
 template <int kDqk>
 inline constexpr int kOwnPTiles = kDqk == 576 ? 1 : 2;
 
-// Shared memory, d_qk 576: 73,728 Q + 2 x 73,728 KV + 8,192 P + 1,152 row statistics and
-// validity + 72 barriers, rounded up to 1 KiB = 231,424 B; + 1,024 alignment slack = 232,448,
+// Shared memory, d_qk 576: 73,728 Q + 2 x 73,728 KV + 8,192 P + 1,664 row statistics and
+// validity + 80 barriers, rounded up to 1 KiB = 231,424 B; + 1,024 alignment slack = 232,448,
 // the sm_90 limit exactly (d_qk 512: 215,040 + 1,024).
 template <int kDqk>
 struct Smem {
@@ -65,11 +65,12 @@ struct Smem {
   alignas(1024) uint8_t kv[kStages][kTileBytes<kDqk>];     // [stage][64 keys, d_qk] bf16, swizzled
   alignas(1024) uint8_t p[kOwnPTiles<kDqk>][kPanelBytes];  // P1, then (d_qk 512) P0
   float row_max[2][kHeadRows];                             // [wg][head] running maxima, log2
-  float row_sum[2][kHeadRows];                             // [wg][head] final partial row sums
+  float row_sum[2][2][kHeadRows];  // [item parity][wg][head] final partial row sums
   uint8_t valid[kStages][kBlockKeys];                      // [stage][key] slot validity
   alignas(8) uint64_t full[2 * kStages];  // half-stage landed: 128 cp.async + 16 arrivals
   uint64_t empty[2 * kStages];            // half-stage free: one arrival per warp of its reader
   uint64_t q_full;                        // Q landed: 128 cp.async arrivals
+  uint64_t q_empty;                       // the item's last scores done: one arrival per warp
 };
 
 inline constexpr int kMaxSmemSm90 = 232448;
@@ -78,5 +79,6 @@ static_assert(sizeof(Smem<512>) + 1024 <= kMaxSmemSm90);
 
 inline constexpr uint32_t kFullArrivals = kProducerThreads + kProducerThreads / 8;
 inline constexpr uint32_t kEmptyArrivals = kConsumerThreads / 2 / 32;  // one warpgroup's warps
+inline constexpr uint32_t kQEmptyArrivals = kConsumerThreads / 32;     // both warpgroups' warps
 
 }  // namespace sparse_mla::cuda::sm90a_prefill

@@ -1,7 +1,9 @@
 // Hopper (sm_90a) sparse prefill kernel (SPEC §2; design in config.cuh and
-// docs/kernels/sm90a_sparse_prefill.md). Grid: one CTA per (query token, 64-head group),
-// blockIdx.x = token * head_groups + group. Roles:
-//   producer   Q once, then per pair of 64-slot blocks (K0, K1) four half-stages in the order the
+// docs/kernels/sm90a_sparse_prefill.md). Grid: one CTA per SM (persistent), walking the work items
+// (query token, 64-head group) = token * head_groups + group from blockIdx.x in steps of
+// gridDim.x; the ring and its barriers carry over from item to item. Roles, per item:
+//   producer   Q once the consumers' last scores of the previous item are done, then per pair of
+//              64-slot blocks (K0, K1) four half-stages in the order the
 //              consumers free them: wait until free, cp.async the rows (invalid slots zero-filled
 //              from row 0, never read), write the block's validity with its first half, arrive on
 //              the half's full barrier when the copies land;
@@ -14,6 +16,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -26,8 +29,10 @@
 #include "cuda/device/ptx/warpgroup.cuh"
 #include "cuda/device/ptx/wgmma.cuh"
 #include "cuda/device/smem_tile.cuh"
+#include "cuda/knobs.h"
 #include "cuda/portable/sparse_prefill/token_slots.cuh"
 #include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/device_limits.h"
 #include "cuda/runtime/dynamic_smem.h"
 #include "cuda/sm90a/sparse_prefill/config.cuh"
 #include "cuda/sm90a/sparse_prefill/launch.h"
@@ -84,15 +89,18 @@ __device__ __forceinline__ BlockRows block_rows(const portable_prefill::TokenSlo
   return rows;
 }
 
-// One half-stage of pair `pair`: wait until its readers freed it, then (the index loads had the
-// wait to land) check the slots (valid iff 0 <= index < s_kv), write the stage's validity flags
-// with its first half, copy, and arrive on its full barrier when the copies land.
+// One half-stage of the CTA's ring pair `ring_pair` (its pairs counted over all its work items):
+// wait until its readers freed it, then (the index loads had the wait to land) check the slots
+// (valid iff 0 <= index < s_kv), write the stage's validity flags with its first half, copy, and
+// arrive on its full barrier when the copies land.
 template <int kDqk, int kStage, int kHalf>
 __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, const BlockRows& rows,
-                                             const ProducerPlace& at, int pair, bool writes_flags,
-                                             Smem<kDqk>& sm) {
+                                             const ProducerPlace& at, uint32_t ring_pair,
+                                             bool writes_flags, Smem<kDqk>& sm) {
   constexpr int kBarrier = 2 * kStage + kHalf;
-  if (pair > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.empty[kBarrier]), (pair - 1) & 1);
+  if (ring_pair > 0) {
+    ptx::mbarrier_wait_parity(smem_u32(&sm.empty[kBarrier]), (ring_pair - 1) & 1);
+  }
   const uint8_t* kv = reinterpret_cast<const uint8_t*>(p.kv);
   auto row_source = [&](int r, bool* valid) {
     *valid = rows.index[r] >= 0 && rows.index[r] < p.problem.s_kv;
@@ -116,35 +124,54 @@ __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, con
   if (at.chunk == 0) ptx::mbarrier_arrive(full);
 }
 
+// The CTA's work items: item = token * head_groups + group, from blockIdx.x in steps of gridDim.x
+// (a persistent grid of one CTA per SM). Both roles walk them in the same order.
+struct WorkItem {
+  int64_t token;
+  int head0;
+  portable_prefill::TokenSlots slots;
+  int num_pairs;
+  __device__ __forceinline__ WorkItem(const detail::PrefillParams& p, int head_groups, int64_t item)
+      : token(item / head_groups),
+        head0(static_cast<int>(item % head_groups) * kHeadRows),
+        slots(portable_prefill::token_slots<kBlockKeys>(p, token)),
+        num_pairs((slots.num_blocks + 1) / 2) {}
+};
+
 template <int kDqk>
-__device__ __forceinline__ void produce(const detail::PrefillParams& p, int64_t token, int head0,
-                                        const portable_prefill::TokenSlots& slots, int t,
-                                        Smem<kDqk>& sm) {
+__device__ __forceinline__ void produce(const detail::PrefillParams& p, int head_groups,
+                                        int64_t num_items, int t, Smem<kDqk>& sm) {
   const ProducerPlace at(t);
-  // Each pair's list entries are loaded while the previous pair's halves are still being freed.
-  BlockRows k0 = block_rows(slots, at, 0);
-  BlockRows k1 = block_rows(slots, at, 1);
-  {
-    const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + token * p.q_stride_s);
+  uint32_t ring_pairs = 0;  // pairs of the items before this one: the ring's phase
+  uint32_t item_count = 0;
+  for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
+    const WorkItem w(p, head_groups, item);
+    // Each pair's list entries are loaded while the previous pair's halves are still being freed.
+    BlockRows k0 = block_rows(w.slots, at, 0);
+    BlockRows k1 = block_rows(w.slots, at, 1);
+    // The item's Q once the consumers' last scores of the previous item are done: it lands while
+    // they finish that item's products and store its output.
+    if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
+    const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + w.token * p.q_stride_s);
     copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
-      const int head = head0 + at.group + 16 * r;
+      const int head = w.head0 + at.group + 16 * r;
       *valid = head < p.problem.h_q;
       return token_q + (*valid ? head : 0) * p.q_stride_h * 2;
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
+    for (int pair = 0; pair < w.num_pairs; ++pair) {
+      // The order the consumers free the halves in (see consume).
+      const uint32_t ring_pair = ring_pairs + pair;
+      produce_half<kDqk, 0, 0>(p, k0, at, ring_pair, true, sm);
+      produce_half<kDqk, 1, 1>(p, k1, at, ring_pair, true, sm);
+      produce_half<kDqk, 0, 1>(p, k0, at, ring_pair, false, sm);
+      if (pair + 1 < w.num_pairs) k0 = block_rows(w.slots, at, 2 * pair + 2);
+      produce_half<kDqk, 1, 0>(p, k1, at, ring_pair, false, sm);
+      if (pair + 1 < w.num_pairs) k1 = block_rows(w.slots, at, 2 * pair + 3);
+    }
+    ring_pairs += w.num_pairs;
   }
-  const int num_pairs = (slots.num_blocks + 1) / 2;
-  for (int pair = 0; pair < num_pairs; ++pair) {
-    // The order the consumers free the halves in (see consume).
-    produce_half<kDqk, 0, 0>(p, k0, at, pair, true, sm);
-    produce_half<kDqk, 1, 1>(p, k1, at, pair, true, sm);
-    produce_half<kDqk, 0, 1>(p, k0, at, pair, false, sm);
-    if (pair + 1 < num_pairs) k0 = block_rows(slots, at, 2 * pair + 2);
-    produce_half<kDqk, 1, 0>(p, k1, at, pair, false, sm);
-    if (pair + 1 < num_pairs) k1 = block_rows(slots, at, 2 * pair + 3);
-  }
-  // Every copy has landed before the producer exits (a token without valid slots never waits
-  // for its Q, so nothing else would hold the CTA until Q's copies complete).
+  // Every copy has landed before the producer exits.
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
 }
@@ -429,54 +456,25 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
                                    sm.empty[1], at, o, s);
 }
 
-template <int kDqk>
-__device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t token, int head0,
-                                        const portable_prefill::TokenSlots& slots, int t,
-                                        Smem<kDqk>& sm) {
-  const ConsumerPlace at(t);
-  const float scale_log2 = p.sm_scale * kLog2e;
-  float o[128];
-#pragma unroll
-  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
-  RowState st;
-  const uint32_t q = smem_u32(sm.q);
-  uint8_t* p1_tile = sm.p[0];
-  uint8_t* p0_tile = kDqk == 576 ? sm.kv[0] + 8 * kPanelBytes : sm.p[kOwnPTiles<kDqk> - 1];
-  const int num_pairs = (slots.num_blocks + 1) / 2;
-  float s[32];
-  if (num_pairs > 0) {
-    ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), 0);
-    if (at.wg == 0) {
-      scores<kDqk, 0>(q, sm, 0, s);
-    } else {
-      scores<kDqk, 1>(q, sm, 0, s);
-    }
-  }
-  for (int pair = 0; pair < num_pairs; ++pair) {
-    const bool has_next = pair + 1 < num_pairs;
-    if (at.wg == 0) {
-      consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, pair, has_next, sm, st,
-                             s, o);
-    } else {
-      consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, pair, has_next, sm, st,
-                             s, o);
-    }
-  }
-
-  // Row sums over both warpgroups' keys; the output scale with the sink.
+// The item's output: row sums over both warpgroups' keys (through row_sum, one of two buffers by
+// item parity: the peer may still read the previous item's), the output scale with the sink; out
+// straight from the accumulators, max_logits and lse in natural log by WG0.
+__device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64_t token, int head0,
+                                           const ConsumerPlace& at, RowState& st,
+                                           const float (&o)[128], float (&row_sum)[2][kHeadRows]) {
   float(&l)[2] = st.l;
   float(&m)[2] = st.m;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] = quad_sum(l[h]);
-    if ((at.lane & 3) == 0) sm.row_sum[at.wg][at.row[h]] = l[h];
+    if ((at.lane & 3) == 0) row_sum[at.wg][at.row[h]] = l[h];
   }
   ptx::named_barrier_sync(kRowSumReady, kConsumerThreads);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int head = head0 + at.row[h];
     if (head >= p.problem.h_q) continue;
-    const float l_total = sm.row_sum[0][at.row[h]] + sm.row_sum[1][at.row[h]];
+    const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
     const float* sink = p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
     const float scale = l_total > 0.0f ? output_scale(m[h], l_total, sink) : 0.0f;
     uint16_t* out_row = p.out + token * p.out_stride_s + head * p.out_stride_h + 256 * at.wg;
@@ -496,17 +494,58 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int64_t 
 }
 
 template <int kDqk>
+__device__ __forceinline__ void consume(const detail::PrefillParams& p, int head_groups,
+                                        int64_t num_items, int t, Smem<kDqk>& sm) {
+  const ConsumerPlace at(t);
+  const float scale_log2 = p.sm_scale * kLog2e;
+  const uint32_t q = smem_u32(sm.q);
+  uint8_t* p1_tile = sm.p[0];
+  uint8_t* p0_tile = kDqk == 576 ? sm.kv[0] + 8 * kPanelBytes : sm.p[kOwnPTiles<kDqk> - 1];
+  uint32_t ring_pairs = 0;  // as the producer's
+  uint32_t item_count = 0;
+  for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
+    const WorkItem w(p, head_groups, item);
+    float o[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+    RowState st;
+    float s[32];
+    ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
+    if (w.num_pairs > 0) {
+      if (at.wg == 0) {
+        scores<kDqk, 0>(q, sm, ring_pairs & 1, s);
+      } else {
+        scores<kDqk, 1>(q, sm, ring_pairs & 1, s);
+      }
+    }
+    for (int pair = 0; pair < w.num_pairs; ++pair) {
+      const bool has_next = pair + 1 < w.num_pairs;
+      // The item's last scores are done: the producer may load the next item's Q.
+      if (!has_next) release(sm.q_empty, at);
+      const uint32_t ring_pair = ring_pairs + pair;
+      if (at.wg == 0) {
+        consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair, has_next,
+                               sm, st, s, o);
+      } else {
+        consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair, has_next,
+                               sm, st, s, o);
+      }
+    }
+    if (w.num_pairs == 0) release(sm.q_empty, at);
+    ring_pairs += w.num_pairs;
+    store_item(p, w.token, w.head0, at, st, o, sm.row_sum[item_count & 1]);
+  }
+}
+
+template <int kDqk>
 __global__ void __launch_bounds__(kThreads, 1)
-    sm90a_sparse_prefill_kernel(const detail::PrefillParams p, int head_groups) {
+    sm90a_sparse_prefill_kernel(const detail::PrefillParams p, int head_groups, int64_t num_items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   // wgmma's 128-B swizzle is computed from address bits: tiles must sit on 1 KiB boundaries.
   auto& sm =
       *reinterpret_cast<Smem<kDqk>*>(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
   const int thread = threadIdx.x;
-  const int64_t token = blockIdx.x / head_groups;
-  const int head0 = static_cast<int>(blockIdx.x % head_groups) * kHeadRows;
-  const portable_prefill::TokenSlots slots = portable_prefill::token_slots<kBlockKeys>(p, token);
 
   if (thread == 0) {
     for (int s = 0; s < 2 * kStages; ++s) {
@@ -514,15 +553,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]), kEmptyArrivals);
     }
     ptx::mbarrier_init_for_cluster(smem_u32(&sm.q_full), kProducerThreads);
+    ptx::mbarrier_init_for_cluster(smem_u32(&sm.q_empty), kQEmptyArrivals);
   }
   __syncthreads();
 
   if (thread >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce<kDqk>(p, token, head0, slots, thread - kConsumerThreads, sm);
+    produce<kDqk>(p, head_groups, num_items, thread - kConsumerThreads, sm);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<kDqk>(p, token, head0, slots, thread, sm);
+    consume<kDqk>(p, head_groups, num_items, thread, sm);
   }
 #else
   __trap();
@@ -537,16 +577,22 @@ int sm90a_prefill_smem_bytes() {
 template <int kDqk>
 Status launch_sm90a_sparse_prefill(const detail::PrefillParams& p, cudaStream_t stream) {
   const int head_groups = static_cast<int>((p.problem.h_q + kHeadRows - 1) / kHeadRows);
-  const int64_t grid = p.problem.s_q * head_groups;
-  if (grid == 0) return {};
-  if (grid > 0x7fffffff) {
-    return unsupported("sm90a sparse prefill: s_q * head groups = " + std::to_string(grid) +
-                       " exceeds the grid limit 2^31 - 1");
+  const int64_t num_items = p.problem.s_q * head_groups;
+  if (num_items == 0) return {};
+  // A persistent grid, one CTA per SM (no more than there are items): each CTA walks its items
+  // with the ring and the barriers carried over, so an item's Q and first rows load under the
+  // previous item's last products and output.
+  DeviceLimits limits;
+  std::string why_not;
+  if (!device_limits(p.problem.device.index, &limits, &why_not)) {
+    return unsupported("sm90a sparse prefill: " + why_not);
   }
+  const int64_t ctas = cuda_knobs().prefill_sm90a_ctas.value.value_or(limits.sm_count);
+  const int64_t grid = std::min<int64_t>(num_items, ctas);
   const int smem = sm90a_prefill_smem_bytes<kDqk>();
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_prefill_kernel<kDqk>, smem));
   sm90a_sparse_prefill_kernel<kDqk>
-      <<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups);
+      <<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups, num_items);
   return check_last_launch("sm90a_sparse_prefill_kernel");
 }
 
