@@ -1,7 +1,7 @@
 // Compile-time configuration and shared-memory plan of the Hopper sparse prefill kernel
 // (docs/kernels/sm90a_sparse_prefill.md). A work item = one query token x 64 heads (the wgmma M);
-// 128 heads are two items. A persistent grid of one CTA per SM walks the items. Blocks of 64 keys come in pairs (K0 = ring stage 0, K1 = stage 1), and
-// three warpgroups run the "seesaw" schedule:
+// 128 heads are two items. A persistent grid of one CTA per SM walks the items. Blocks of 64 keys
+// come in pairs (K0 = ring stage 0, K1 = stage 1), and three warpgroups run the "seesaw" schedule:
 //   WG0, WG1  consumers: WG w scores block K_w on its own (S = Q K^T, m64n64k16, both operands
 //             from shared memory) and owns output columns [256 w, +256) of both blocks
 //             (O += P V, m64n256k16: its own P from registers, the peer's P from a shared tile;
@@ -65,8 +65,8 @@ struct Smem {
   alignas(1024) uint8_t kv[kStages][kTileBytes<kDqk>];     // [stage][64 keys, d_qk] bf16, swizzled
   alignas(1024) uint8_t p[kOwnPTiles<kDqk>][kPanelBytes];  // P1, then (d_qk 512) P0
   float row_max[2][kHeadRows];                             // [wg][head] running maxima, log2
-  float row_sum[2][2][kHeadRows];  // [item parity][wg][head] final partial row sums
-  uint8_t valid[kStages][kBlockKeys];                      // [stage][key] slot validity
+  float row_sum[2][2][kHeadRows];         // [item parity][wg][head] final partial row sums
+  uint8_t valid[kStages][kBlockKeys];     // [stage][key] slot validity
   alignas(8) uint64_t full[2 * kStages];  // half-stage landed: 128 cp.async + 16 arrivals
   uint64_t empty[2 * kStages];            // half-stage free: one arrival per warp of its reader
   uint64_t q_full;                        // Q landed: 128 cp.async arrivals

@@ -321,16 +321,18 @@ __device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at
 }
 
 // A pair's last products, O += P V with P from a shared tile (the peer's), then frees `empty`
-// (the half-stage they read). With has_next the warpgroup's scores of the next pair (stage
+// (the half-stage they read). With queue_next the warpgroup's scores of the next pair (stage
 // kStage) are queued behind the products, so the tensor cores go on from one to the other
 // without waiting for this warpgroup's round trip through wait, release and the next pair's
-// barrier wait; S holds them on return.
+// barrier wait; S holds them on return. WG0 does so; WG1 does not: its next scores would then
+// run beside WG0's, both softmaxes would fall together, and the seesaw's stagger would be lost
+// (8-20 % slower at d576 h128, docs/kernels/sm90a_sparse_prefill.md).
 template <int kDqk, int kStage>
 __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_tile, int wg,
-                                                        uint32_t q, Smem<kDqk>& sm,
-                                                        bool has_next, uint32_t next_parity,
-                                                        uint64_t& empty, const ConsumerPlace& at,
-                                                        float (&o)[128], float (&s)[32]) {
+                                                        uint32_t q, Smem<kDqk>& sm, bool queue_next,
+                                                        uint32_t next_parity, uint64_t& empty,
+                                                        const ConsumerPlace& at, float (&o)[128],
+                                                        float (&s)[32]) {
   const uint64_t desc_v = value_desc(kv, wg);
   const uint64_t desc_p = ptx::wgmma_desc_sw128(p_tile, 16, 1024);
   ptx::wgmma_fence_operands(o);
@@ -342,7 +344,7 @@ __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_
                                 true);
   }
   ptx::wgmma_commit_group();
-  if (has_next) {
+  if (queue_next) {
     constexpr int kFirst = kFirstScoreHalf<kStage>;
     issue_score_half<kDqk, kStage, kFirst, true>(q, sm, next_parity, s);
     ptx::wgmma_commit_group();
@@ -373,7 +375,7 @@ struct RowState {
 template <int kDqk>
 __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, uint32_t p1_tile,
                                                  const ConsumerPlace& at, float scale_log2,
-                                                 int pair, bool has_next, Smem<kDqk>& sm,
+                                                 uint32_t pair, bool has_next, Smem<kDqk>& sm,
                                                  RowState& st, float (&s)[32], float (&o)[128]) {
   float mx[2], m_use[2], alpha[2];
   mask_scores(sm.valid[0], at, scale_log2, s, mx);
@@ -420,14 +422,16 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
                                    sm.empty[2], at, o, s);
 }
 
-// WG1's pair, S1 = Q K1^T in s on entry: the pair's max (WG0's after K0 and its own; to WG0) ->
-// P1 -> O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R, the next pair's S1
-// queued behind it.
+// WG1's pair: S1 = Q K1^T -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 ->
+// O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R. last: the item's last pair
+// (Q is free once its scores are done).
 template <int kDqk>
 __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, uint32_t p0_tile,
                                                  const ConsumerPlace& at, float scale_log2,
-                                                 int pair, bool has_next, Smem<kDqk>& sm,
+                                                 uint32_t pair, bool last, Smem<kDqk>& sm,
                                                  RowState& st, float (&s)[32], float (&o)[128]) {
+  scores<kDqk, 1>(q, sm, pair & 1, s);
+  if (last) release(sm.q_empty, at);
   float mx[2], m_use[2], alpha[2];
   mask_scores(sm.valid[1], at, scale_log2, s, mx);
   ptx::named_barrier_sync(kWg0MaxReady, kConsumerThreads);
@@ -452,8 +456,8 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
   release(sm.empty[3], at);  // K1 right: read by WG1 only
   ptx::named_barrier_sync(kP0Ready, kConsumerThreads);
   // K0 right: WG0's scores finished before P0 was ready.
-  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, has_next, (pair + 1) & 1,
-                                   sm.empty[1], at, o, s);
+  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, false, 0, sm.empty[1], at,
+                                   o, s);
 }
 
 // The item's output: row sums over both warpgroups' keys (through row_sum, one of two buffers by
@@ -509,25 +513,22 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int head
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     RowState st;
+    // Scores of the warpgroup's next block: WG0's are computed ahead (in the previous pair's
+    // tail), WG1's at the start of its pair. One array for both, so that the loop-carried one does
+    // not stay live beside WG1's.
     float s[32];
     ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
-    if (w.num_pairs > 0) {
-      if (at.wg == 0) {
-        scores<kDqk, 0>(q, sm, ring_pairs & 1, s);
-      } else {
-        scores<kDqk, 1>(q, sm, ring_pairs & 1, s);
-      }
-    }
+    if (w.num_pairs > 0 && at.wg == 0) scores<kDqk, 0>(q, sm, ring_pairs & 1, s);
     for (int pair = 0; pair < w.num_pairs; ++pair) {
       const bool has_next = pair + 1 < w.num_pairs;
-      // The item's last scores are done: the producer may load the next item's Q.
-      if (!has_next) release(sm.q_empty, at);
       const uint32_t ring_pair = ring_pairs + pair;
       if (at.wg == 0) {
+        // WG0's last scores of the item are done: with WG1's, the producer may load the next Q.
+        if (!has_next) release(sm.q_empty, at);
         consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair, has_next,
                                sm, st, s, o);
       } else {
-        consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair, has_next,
+        consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair, !has_next,
                                sm, st, s, o);
       }
     }
