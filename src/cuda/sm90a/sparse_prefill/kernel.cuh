@@ -55,7 +55,7 @@ struct ProducerPlace {
 // r's readable address and whether it is valid (zero-filled where not). Called per row, so that
 // only one row's address is live at a time (the producer runs in 72 registers).
 template <int kFirst, int kEnd, class RowSource>
-__device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at, uint64_t policy,
+__device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at,
                                           RowSource&& row_source) {
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
@@ -64,8 +64,7 @@ __device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at
     const uint8_t* row_src = row_source(r, &valid) + 16 * at.chunk;
 #pragma unroll
     for (int panel = kFirst; panel < kEnd; ++panel) {
-      ptx::cp_async_cg_16_hint(row_base + panel * kPanelBytes, row_src + 128 * panel,
-                               valid ? 16u : 0u, policy);
+      ptx::cp_async_cg_16(row_base + panel * kPanelBytes, row_src + 128 * panel, valid ? 16u : 0u);
     }
   }
 }
@@ -117,10 +116,9 @@ __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, con
   }
   const uint32_t full = smem_u32(&sm.full[kBarrier]);
   if constexpr (kHalf == 0) {
-    copy_rows<0, kLeftPanels>(smem_u32(sm.kv[kStage]), at, ptx::l2_policy_evict_last(), row_source);
+    copy_rows<0, kLeftPanels>(smem_u32(sm.kv[kStage]), at, row_source);
   } else {
-    copy_rows<kLeftPanels, kDqk / 64>(smem_u32(sm.kv[kStage]), at, ptx::l2_policy_evict_last(),
-                                      row_source);
+    copy_rows<kLeftPanels, kDqk / 64>(smem_u32(sm.kv[kStage]), at, row_source);
   }
   ptx::cp_async_mbarrier_arrive_noinc(full);
   if (at.chunk == 0) ptx::mbarrier_arrive(full);
@@ -155,7 +153,7 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     // they finish that item's products and store its output.
     if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
     const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + w.token * p.q_stride_s);
-    copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, ptx::l2_policy_evict_first(), [&](int r, bool* valid) {
+    copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
       const int head = w.head0 + at.group + 16 * r;
       *valid = head < p.problem.h_q;
       return token_q + (*valid ? head : 0) * p.q_stride_h * 2;
@@ -484,11 +482,10 @@ __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64
     const float* sink = p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
     const float scale = l_total > 0.0f ? output_scale(m[h], l_total, sink) : 0.0f;
     uint16_t* out_row = p.out + token * p.out_stride_s + head * p.out_stride_h + 256 * at.wg;
-    const uint64_t policy = ptx::l2_policy_evict_first();
 #pragma unroll
     for (int i = 2 * h; i < 128; i += 4) {
-      ptx::st_global_b32_hint(out_row + at.col(i), ptx::pack_bf16x2(o[i] * scale, o[i + 1] * scale),
-                              policy);
+      *reinterpret_cast<uint32_t*>(out_row + at.col(i)) =
+          ptx::pack_bf16x2(o[i] * scale, o[i + 1] * scale);
     }
     if (at.wg == 0 && (at.lane & 3) == 0) {
       const bool empty = !(l_total > 0.0f);
