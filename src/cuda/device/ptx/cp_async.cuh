@@ -21,14 +21,6 @@ __device__ __forceinline__ void cp_async_cg_16(uint32_t smem_addr, const void* g
 #endif
 }
 
-// Asks L2 to fetch `bytes` (a multiple of 16, 16-B aligned) from global memory, with no copy
-// anywhere (sm_90: cp.async.bulk.prefetch): the data a later copy reads is then an L2 hit.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* gmem, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem), "r"(bytes) : "memory");
-#endif
-}
-
 // 8 bytes through L1 (.ca is the only form below 16 B); used for the v4 per-token scale rows.
 __device__ __forceinline__ void cp_async_ca_8(uint32_t smem_addr, const void* gmem,
                                               uint32_t src_bytes) {

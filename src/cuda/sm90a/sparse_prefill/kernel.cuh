@@ -159,16 +159,6 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
       return token_q + (*valid ? head : 0) * p.q_stride_h * 2;
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
-    // The next item's Q into L2 now, so that its copy (issued when this item's last scores are
-    // done) reads L2 rather than HBM: one bulk prefetch per head row.
-    if (item + gridDim.x < num_items && t < kHeadRows) {
-      const int64_t next = item + gridDim.x;
-      const int head = static_cast<int>(next % head_groups) * kHeadRows + t;
-      if (head < p.problem.h_q) {
-        ptx::prefetch_l2_bulk(p.q + (next / head_groups) * p.q_stride_s + head * p.q_stride_h,
-                              kDqk * 2);
-      }
-    }
     for (int pair = 0; pair < w.num_pairs; ++pair) {
       // The order the consumers free the halves in (see consume).
       const uint32_t ring_pair = ring_pairs + pair;
