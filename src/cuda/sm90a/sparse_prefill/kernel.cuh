@@ -330,9 +330,9 @@ __device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at
 template <int kDqk, int kStage>
 __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_tile, int wg,
                                                         uint32_t q, Smem<kDqk>& sm, bool queue_next,
-                                                        uint32_t next_parity, int next_q_parity,
-                                                        uint64_t& empty, const ConsumerPlace& at,
-                                                        float (&o)[128], float (&s)[32]) {
+                                                        uint32_t next_parity, uint64_t& empty,
+                                                        const ConsumerPlace& at, float (&o)[128],
+                                                        float (&s)[32]) {
   const uint64_t desc_v = value_desc(kv, wg);
   const uint64_t desc_p = ptx::wgmma_desc_sw128(p_tile, 16, 1024);
   ptx::wgmma_fence_operands(o);
@@ -346,8 +346,6 @@ __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_
   ptx::wgmma_commit_group();
   if (queue_next) {
     constexpr int kFirst = kFirstScoreHalf<kStage>;
-    // The next pair is the next item's first: its Q (parity next_q_parity) has to be in.
-    if (next_q_parity >= 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), next_q_parity);
     issue_score_half<kDqk, kStage, kFirst, true>(q, sm, next_parity, s);
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<1>();
@@ -377,9 +375,8 @@ struct RowState {
 template <int kDqk>
 __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, uint32_t p1_tile,
                                                  const ConsumerPlace& at, float scale_log2,
-                                                 uint32_t pair, bool queue_next, int next_q_parity,
-                                                 Smem<kDqk>& sm, RowState& st, float (&s)[32],
-                                                 float (&o)[128]) {
+                                                 uint32_t pair, bool has_next, Smem<kDqk>& sm,
+                                                 RowState& st, float (&s)[32], float (&o)[128]) {
   float mx[2], m_use[2], alpha[2];
   mask_scores(sm.valid[0], at, scale_log2, s, mx);
 #pragma unroll
@@ -421,8 +418,8 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
   ptx::named_barrier_arrive(kP0Ready, kConsumerThreads);
   ptx::named_barrier_sync(kP1Ready, kConsumerThreads);
   // K1 left: WG1's scores finished before P1 was ready.
-  products_ss_then_scores<kDqk, 0>(smem_u32(sm.kv[1]), p1_tile, 0, q, sm, queue_next,
-                                   (pair + 1) & 1, next_q_parity, sm.empty[2], at, o, s);
+  products_ss_then_scores<kDqk, 0>(smem_u32(sm.kv[1]), p1_tile, 0, q, sm, has_next, (pair + 1) & 1,
+                                   sm.empty[2], at, o, s);
 }
 
 // WG1's pair: S1 = Q K1^T -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 ->
@@ -459,8 +456,8 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
   release(sm.empty[3], at);  // K1 right: read by WG1 only
   ptx::named_barrier_sync(kP0Ready, kConsumerThreads);
   // K0 right: WG0's scores finished before P0 was ready.
-  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, false, 0, -1, sm.empty[1],
-                                   at, o, s);
+  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, false, 0, sm.empty[1], at,
+                                   o, s);
 }
 
 // The item's output: row sums over both warpgroups' keys (through row_sum, one of two buffers by
@@ -510,14 +507,8 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int head
   uint8_t* p0_tile = kDqk == 576 ? sm.kv[0] + 8 * kPanelBytes : sm.p[kOwnPTiles<kDqk> - 1];
   uint32_t ring_pairs = 0;  // as the producer's
   uint32_t item_count = 0;
-  bool scored_ahead = false;  // WG0: the item's first scores were queued in the previous item
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
     const WorkItem w(p, head_groups, item);
-    // WG0 queues the next item's first scores behind this item's last products too (its Q is
-    // loaded while this item's last pair runs), so that they run under this item's output store.
-    const int64_t next_item = item + gridDim.x;
-    const bool next_has_pairs =
-        next_item < num_items && WorkItem(p, head_groups, next_item).num_pairs > 0;
     float o[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] = 0.0f;
@@ -527,18 +518,15 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int head
     // not stay live beside WG1's.
     float s[32];
     ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
-    if (w.num_pairs > 0 && at.wg == 0 && !scored_ahead) scores<kDqk, 0>(q, sm, ring_pairs & 1, s);
-    scored_ahead = false;
+    if (w.num_pairs > 0 && at.wg == 0) scores<kDqk, 0>(q, sm, ring_pairs & 1, s);
     for (int pair = 0; pair < w.num_pairs; ++pair) {
       const bool has_next = pair + 1 < w.num_pairs;
       const uint32_t ring_pair = ring_pairs + pair;
       if (at.wg == 0) {
         // WG0's last scores of the item are done: with WG1's, the producer may load the next Q.
         if (!has_next) release(sm.q_empty, at);
-        scored_ahead = !has_next && next_has_pairs;
-        consume_pair_wg0<kDqk>(
-            q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair, has_next || scored_ahead,
-            scored_ahead ? static_cast<int>((item_count + 1) & 1) : -1, sm, st, s, o);
+        consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair, has_next,
+                               sm, st, s, o);
       } else {
         consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair, !has_next,
                                sm, st, s, o);
