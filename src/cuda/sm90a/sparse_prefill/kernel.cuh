@@ -460,9 +460,34 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
                                    o, s);
 }
 
+// A 4 x 4 transpose of 32-bit words across the four lanes of a quad (q = lane % 4): on return
+// lane q holds a[m] = lane m's a[q] on entry. Two exchange rounds (lanes q ^ 1, then q ^ 2), each
+// swapping the two words whose index bit differs from the lane's.
+__device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], int q) {
+  const bool odd = (q & 1) != 0;
+  const uint32_t r0 = __shfl_xor_sync(0xffffffffu, odd ? a[0] : a[1], 1);
+  const uint32_t r1 = __shfl_xor_sync(0xffffffffu, odd ? a[2] : a[3], 1);
+  // Selects, not a[odd ? 0 : 1]: a lane-dependent index would put the array in local memory.
+  a[0] = odd ? r0 : a[0];
+  a[1] = odd ? a[1] : r0;
+  a[2] = odd ? r1 : a[2];
+  a[3] = odd ? a[3] : r1;
+  const bool high = (q & 2) != 0;
+  const uint32_t r2 = __shfl_xor_sync(0xffffffffu, high ? a[0] : a[2], 2);
+  const uint32_t r3 = __shfl_xor_sync(0xffffffffu, high ? a[1] : a[3], 2);
+  a[0] = high ? r2 : a[0];
+  a[2] = high ? a[2] : r2;
+  a[1] = high ? r3 : a[1];
+  a[3] = high ? a[3] : r3;
+}
+
 // The item's output: row sums over both warpgroups' keys (through row_sum, one of two buffers by
 // item parity: the peer may still read the previous item's), the output scale with the sink; out
-// straight from the accumulators, max_logits and lse in natural log by WG0.
+// from the accumulators, max_logits and lse in natural log by WG0. A quad holds 8 consecutive
+// columns of a row per accumulator slice (4 B per lane); quad_transpose turns 4 slices into 16
+// consecutive bytes per lane, so each 16-B store fills whole 32-B sectors (16 STG.128 per thread
+// where 64 STG.32 wrote half sectors; ncu at d512 h64 topk 512: the 4-B stores held 16 % of the
+// consumers' stall samples, LSU-throttled). out rows are 16-B aligned (core/validate).
 __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64_t token, int head0,
                                            const ConsumerPlace& at, RowState& st,
                                            const float (&o)[128], float (&row_sum)[2][kHeadRows]) {
@@ -474,20 +499,37 @@ __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64
     if ((at.lane & 3) == 0) row_sum[at.wg][at.row[h]] = l[h];
   }
   ptx::named_barrier_sync(kRowSumReady, kConsumerThreads);
+  const int quad_lane = at.lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    // Every lane runs the transposes (their shuffles name the whole warp); rows past h_q store
+    // nothing and read no sink.
     const int head = head0 + at.row[h];
-    if (head >= p.problem.h_q) continue;
+    const bool live = head < p.problem.h_q;
     const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
-    const float* sink = p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
-    const float scale = l_total > 0.0f ? output_scale(m[h], l_total, sink) : 0.0f;
-    uint16_t* out_row = p.out + token * p.out_stride_s + head * p.out_stride_h + 256 * at.wg;
-#pragma unroll
-    for (int i = 2 * h; i < 128; i += 4) {
-      *reinterpret_cast<uint32_t*>(out_row + at.col(i)) =
-          ptx::pack_bf16x2(o[i] * scale, o[i + 1] * scale);
+    float scale = 0.0f;
+    if (live && l_total > 0.0f) {
+      const float* sink =
+          p.attn_sink != nullptr ? p.attn_sink + head * p.attn_sink_stride : nullptr;
+      scale = output_scale(m[h], l_total, sink);
     }
-    if (at.wg == 0 && (at.lane & 3) == 0) {
+    uint16_t* out_row =
+        p.out + token * p.out_stride_s + static_cast<int64_t>(head) * p.out_stride_h + 256 * at.wg;
+#pragma unroll
+    for (int group = 0; group < 8; ++group) {  // accumulator slices 4 group .. 4 group + 3
+      uint32_t v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = 4 * (4 * group + k) + 2 * h;
+        v[k] = ptx::pack_bf16x2(o[i] * scale, o[i + 1] * scale);
+      }
+      quad_transpose(v, quad_lane);
+      if (live) {
+        *reinterpret_cast<uint4*>(out_row + 8 * (4 * group + quad_lane)) =
+            make_uint4(v[0], v[1], v[2], v[3]);
+      }
+    }
+    if (live && at.wg == 0 && quad_lane == 0) {
       const bool empty = !(l_total > 0.0f);
       p.lse[token * p.lse_stride_s + head * p.lse_stride_h] =
           empty ? INFINITY : (m[h] + log2f(l_total)) * kLn2;
