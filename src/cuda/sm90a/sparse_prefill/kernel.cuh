@@ -164,12 +164,10 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
       const uint32_t ring_pair = ring_pairs + pair;
       produce_half<kDqk, 0, 0>(p, k0, at, ring_pair, true, sm);
       produce_half<kDqk, 1, 1>(p, k1, at, ring_pair, true, sm);
-      // K1 left before K0 right: WG0's last products of the previous pair (which free K1 left)
-      // were issued before WG1's (which free K0 right).
-      produce_half<kDqk, 1, 0>(p, k1, at, ring_pair, false, sm);
-      if (pair + 1 < w.num_pairs) k1 = block_rows(w.slots, at, 2 * pair + 3);
       produce_half<kDqk, 0, 1>(p, k0, at, ring_pair, false, sm);
       if (pair + 1 < w.num_pairs) k0 = block_rows(w.slots, at, 2 * pair + 2);
+      produce_half<kDqk, 1, 0>(p, k1, at, ring_pair, false, sm);
+      if (pair + 1 < w.num_pairs) k1 = block_rows(w.slots, at, 2 * pair + 3);
     }
     ring_pairs += w.num_pairs;
   }
