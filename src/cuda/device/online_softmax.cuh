@@ -45,6 +45,21 @@ __device__ __forceinline__ RunningMaxStep advance_running_max(float& m, float bl
   return {m_use, fast_exp2(m_old - m_use)};
 }
 
+// advance_running_max with lazy rescaling: m moves only when the block's max exceeds it by more
+// than kLazyRescaleLog2, so after a row's first blocks alpha is almost always exactly 1 and the
+// output's rescale is skipped. Weights 2^(s - m) then reach 2^8 = 256, far inside the range of
+// bf16 P and fp32 sums; the sums, the output scale and lse use this m consistently, and the row's
+// true max (max_logits) is kept apart. m = -inf moves on the first valid block (-inf + 8 = -inf);
+// a NaN block max leaves it (as fmaxf skips NaN).
+inline constexpr float kLazyRescaleLog2 = 8.0f;
+
+__device__ __forceinline__ RunningMaxStep advance_running_max_lazy(float& m, float block_max) {
+  const float m_old = m;
+  if (block_max > m_old + kLazyRescaleLog2) m = block_max;
+  const float m_use = usable_max(m);
+  return {m_use, fast_exp2(m_old - m_use)};
+}
+
 // Output scale of a finished row with running max m (log2 domain) and sum l > 0, with an
 // optional attention sink (natural-log logit; -inf = none, +inf = output 0): 1 / (l + 2^(s*log2e -
 // m)).

@@ -364,9 +364,11 @@ __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_
 
 // Both warpgroups hold the same running max m (per row, log2 domain) at every pair boundary, and
 // each its own share l of the row sums at that max: WG0 over the K0 blocks, WG1 over the K1 blocks.
+// m moves lazily (advance_running_max_lazy); max is the true max of the warpgroup's own blocks.
 struct RowState {
   float m[2] = {-INFINITY, -INFINITY};
   float l[2] = {0.0f, 0.0f};
+  float max[2] = {-INFINITY, -INFINITY};
 };
 
 // WG0's pair, S0 = Q K0^T in s on entry: max after K0 (to WG1) -> P0 -> O_L += P0 V0_L -> the
@@ -381,7 +383,8 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
   mask_scores(sm.valid[0], at, scale_log2, s, mx);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const RunningMaxStep step = advance_running_max(st.m[h], mx[h]);
+    st.max[h] = fmaxf(st.max[h], mx[h]);
+    const RunningMaxStep step = advance_running_max_lazy(st.m[h], mx[h]);
     m_use[h] = step.m_use;
     alpha[h] = step.alpha;
     st.l[h] *= alpha[h];
@@ -397,6 +400,7 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
   float beta[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    // WG1's m is never below WG0's (it moved from max(WG0's m, its block max)): adopt it as is.
     const RunningMaxStep step = advance_running_max(st.m[h], sm.row_max[1][at.row[h]]);
     beta[h] = step.alpha;
     st.l[h] *= beta[h];
@@ -437,8 +441,9 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
   ptx::named_barrier_sync(kWg0MaxReady, kConsumerThreads);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    st.max[h] = fmaxf(st.max[h], mx[h]);
     const float both = fmaxf(sm.row_max[0][at.row[h]], mx[h]);
-    const RunningMaxStep step = advance_running_max(st.m[h], both);
+    const RunningMaxStep step = advance_running_max_lazy(st.m[h], both);
     m_use[h] = step.m_use;
     alpha[h] = step.alpha;
     st.l[h] *= alpha[h];
@@ -490,13 +495,19 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], int q) {
 // consumers' stall samples, LSU-throttled). out rows are 16-B aligned (core/validate).
 __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64_t token, int head0,
                                            const ConsumerPlace& at, RowState& st,
-                                           const float (&o)[128], float (&row_sum)[2][kHeadRows]) {
+                                           const float (&o)[128], float (&row_sum)[2][kHeadRows],
+                                           float (&row_max_peer)[kHeadRows]) {
   float(&l)[2] = st.l;
   float(&m)[2] = st.m;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] = quad_sum(l[h]);
-    if ((at.lane & 3) == 0) row_sum[at.wg][at.row[h]] = l[h];
+    if ((at.lane & 3) == 0) {
+      row_sum[at.wg][at.row[h]] = l[h];
+      // WG1's true max for WG0's max_logits; WG0 read row_max[1] last in its final pair, before
+      // it marked P0 ready, which WG1's final products waited for.
+      if (at.wg == 1) row_max_peer[at.row[h]] = st.max[h];
+    }
   }
   ptx::named_barrier_sync(kRowSumReady, kConsumerThreads);
   const int quad_lane = at.lane & 3;
@@ -534,7 +545,7 @@ __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64
       p.lse[token * p.lse_stride_s + head * p.lse_stride_h] =
           empty ? INFINITY : (m[h] + log2f(l_total)) * kLn2;
       p.max_logits[token * p.max_logits_stride_s + head * p.max_logits_stride_h] =
-          empty ? -INFINITY : m[h] * kLn2;
+          empty ? -INFINITY : fmaxf(st.max[h], row_max_peer[at.row[h]]) * kLn2;
     }
   }
 }
@@ -576,7 +587,7 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int head
     }
     if (w.num_pairs == 0) release(sm.q_empty, at);
     ring_pairs += w.num_pairs;
-    store_item(p, w.token, w.head0, at, st, o, sm.row_sum[item_count & 1]);
+    store_item(p, w.token, w.head0, at, st, o, sm.row_sum[item_count & 1], sm.row_max[1]);
   }
 }
 
