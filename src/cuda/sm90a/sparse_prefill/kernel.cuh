@@ -10,8 +10,8 @@
 //   consumers  the seesaw: WG0 scores K0, WG1 scores K1; each accumulates its output half over
 //              both blocks, its own P from registers and the peer's from a P tile, the two row
 //              maxima exchanged so both P share the pair's running max;
-//   store      out (sink applied) straight from the accumulators, max_logits and lse in natural
-//              log by WG0.
+//   store      out (sink applied) from the accumulators in 16-B stores (quad_transpose),
+//              max_logits and lse in natural log by WG0.
 #pragma once
 
 #include <cuda_runtime.h>
