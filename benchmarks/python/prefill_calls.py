@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""The prefill suite's rows as an engine calls them: ``sparse_mla.flash_mla.flash_mla_sparse_fwd``.
+
+Each row of docs/flashmla_baseline.md's prefill table (V3.2 d_qk 576 h_q 128 topk 2048 at s_kv
+8K / 64K / 128K; V4 d_qk 512 h_q 64 topk 512 and h_q 128 topk 1024 at 8K / 64K; the 16 / 32-head
+shards of V4 at 64K) is timed three ways:
+
+- **isolated call**: ``host_time.time_isolated`` (synchronise, then the Python call: host wall;
+  a sleep kernel, then CUDA events around the same call: device time; their sum);
+- **CUDA graph**: the call captured once, each replay preceded by a write of a 256 MiB buffer
+  (outside the events) so L2 holds none of the call's rows, device time of the replay by events;
+- **eager, L2 flushed**: the same flush, then events around an eager call (queued behind the
+  flush, so no host time shows): what ``sparse-mla bench`` measures, through the Python package.
+
+Medians over ``--runs`` calls, microseconds. FlashMLA's H200 time of the row (its own benchmark,
+L2 flushed; docs/flashmla_baseline.md) is the anchor.
+
+    python benchmarks/python/prefill_calls.py --json out.json [--runs 30] [--cases a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import host_time  # noqa: E402  (time_isolated, prefill_inputs, commit)
+import sparse_mla.flash_mla as smla_flash_mla  # noqa: E402
+
+# name -> shapes and FlashMLA's H200 time (us, docs/flashmla_baseline.md; the 16 / 32-head rows:
+# FlashMLA padded to 64 heads, ~1010 us, the tp-shards anchor).
+CASES = {
+    "v32_d576_h128_topk2048_skv8k": dict(s_kv=8192, h_q=128, d_qk=576, topk=2048, flashmla=3555),
+    "v32_d576_h128_topk2048_skv64k": dict(s_kv=65536, h_q=128, d_qk=576, topk=2048,
+                                          flashmla=4016),
+    "v32_d576_h128_topk2048_skv128k": dict(s_kv=131072, h_q=128, d_qk=576, topk=2048,
+                                           flashmla=4142),
+    "v4_d512_h64_topk512_skv8k": dict(s_kv=8192, h_q=64, d_qk=512, topk=512, flashmla=519),
+    "v4_d512_h64_topk512_skv64k": dict(s_kv=65536, h_q=64, d_qk=512, topk=512, flashmla=591),
+    "v4_d512_h128_topk1024_skv8k": dict(s_kv=8192, h_q=128, d_qk=512, topk=1024, flashmla=1742),
+    "v4_d512_h128_topk1024_skv64k": dict(s_kv=65536, h_q=128, d_qk=512, topk=1024,
+                                         flashmla=1911),
+    "v4_d512_h16_topk1024_skv64k": dict(s_kv=65536, h_q=16, d_qk=512, topk=1024, flashmla=1010),
+    "v4_d512_h32_topk1024_skv64k": dict(s_kv=65536, h_q=32, d_qk=512, topk=1024, flashmla=1010),
+}
+S_Q = 4096
+FLUSH_BYTES = 256 << 20
+
+
+def flushed_device_us(launch: Callable[[], object], flush: torch.Tensor, runs: int) -> float:
+    """Median device time of `launch` after an L2 flush each run (events around launch only)."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(runs):
+        flush.zero_()
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    p.add_argument("--json", help="write the results here")
+    opts = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("prefill_calls: needs a CUDA device", file=sys.stderr)
+        return 2
+    wanted = set(filter(None, opts.cases.split(",")))
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    results: List[Dict] = []
+    for name, case in CASES.items():
+        if wanted and name not in wanted:
+            continue
+        shapes = dict(s_q=S_Q, **{k: v for k, v in case.items() if k != "flashmla"})
+        a = host_time.prefill_inputs(shapes, "cuda")
+        call = host_time.prefill_call(smla_flash_mla, a)
+        isolated = host_time.time_isolated(call, "cuda", opts.runs, opts.warmup)[0]
+        eager_flushed = flushed_device_us(call, flush, opts.runs)
+        # The graph: capture on a side stream after warm-up (plan caches, lazy module set-up).
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = call()
+        graph.replay()
+        torch.cuda.synchronize()
+        eager_out = call()
+        same = bool(torch.equal(captured[0], eager_out[0]))
+        graph_flushed = flushed_device_us(graph.replay, flush, opts.runs)
+        flops = 2.0 * S_Q * case["h_q"] * case["topk"] * (case["d_qk"] + 512)
+        row = dict(case=name, **shapes, flashmla_us=case["flashmla"], isolated=isolated,
+                   eager_l2_flushed_device_us=round(eager_flushed, 2),
+                   graph_l2_flushed_device_us=round(graph_flushed, 2),
+                   graph_output_equals_eager=same,
+                   graph_tflops=round(flops / graph_flushed / 1e6, 1),
+                   flashmla_over_graph=round(case["flashmla"] / graph_flushed, 3),
+                   flashmla_over_isolated_sum=round(case["flashmla"] / isolated["sum_us"], 3))
+        results.append(row)
+        print(f"{name:34s} isolated host {isolated['host_us_median']:8.1f} device "
+              f"{isolated['device_us_median']:9.1f} sum {isolated['sum_us']:9.1f} | "
+              f"eager flushed {eager_flushed:9.1f} | graph flushed {graph_flushed:9.1f} "
+              f"({row['graph_tflops']} TFLOP/s, {row['flashmla_over_graph']}x FlashMLA "
+              f"{case['flashmla']}) graph==eager {same}", flush=True)
+        del graph, a, call
+        torch.cuda.empty_cache()
+    if opts.json:
+        doc = dict(what="prefill rows through sparse_mla.flash_mla.flash_mla_sparse_fwd: isolated "
+                        "calls, CUDA-graph replay and eager calls with L2 flushed "
+                        "(benchmarks/python/prefill_calls.py)",
+                   command=" ".join([sys.executable, *sys.argv]),
+                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                   machine=platform.node(), torch=torch.__version__,
+                   device=torch.cuda.get_device_name(), **host_time.commit(), results=results)
+        with open(opts.json, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
