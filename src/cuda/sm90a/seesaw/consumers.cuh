@@ -330,4 +330,56 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], int q) {
   a[3] = high ? a[3] : r3;
 }
 
+// One work item's pairs (num_pairs >= 0) from the CTA's ring pair `ring_pairs` on, its Q at phase
+// `item_count` of q_full: o and st hold the item's accumulators and row state on return. The
+// item's last scores free Q (q_empty, both warpgroups), so the producer may load the next item's.
+template <int kDqk>
+__device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile, uint8_t* p1_tile,
+                                                   const ConsumerPlace& at, float scale_log2,
+                                                   int num_pairs, uint32_t ring_pairs,
+                                                   uint32_t item_count, Smem<kDqk>& sm,
+                                                   RowState& st, float (&o)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) o[i] = 0.0f;
+  // Scores of the warpgroup's next block: WG0's are computed ahead (in the previous pair's
+  // tail), WG1's at the start of its pair. One array for both, so that the loop-carried one does
+  // not stay live beside WG1's.
+  float s[32];
+  ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
+  if (num_pairs > 0 && at.wg == 0) scores<kDqk, 0>(q, sm, ring_pairs & 1, s);
+  for (int pair = 0; pair < num_pairs; ++pair) {
+    const bool has_next = pair + 1 < num_pairs;
+    const uint32_t ring_pair = ring_pairs + pair;
+    if (at.wg == 0) {
+      // WG0's last scores of the item are done: with WG1's, the producer may load the next Q.
+      if (!has_next) release(sm.q_empty, at);
+      consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair, has_next, sm,
+                             st, s, o);
+    } else {
+      consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair, !has_next,
+                             sm, st, s, o);
+    }
+  }
+  if (num_pairs == 0) release(sm.q_empty, at);
+}
+
+// The epilogue's first step: each warpgroup's row sums (quad sums of the threads' shares) into
+// row_sum[wg] (one of two buffers by item parity: the peer may still read the previous item's)
+// and, where row_max_peer is given, WG1's true row max into it (WG0 read row_max[1] last in its
+// final pair, before it marked P0 ready, which WG1's final products waited for); then the
+// barrier after which either warpgroup reads both.
+__device__ __forceinline__ void publish_row_sums(const ConsumerPlace& at, RowState& st,
+                                                 float (&row_sum)[2][kHeadRows],
+                                                 float* row_max_peer) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    st.l[h] = quad_sum(st.l[h]);
+    if ((at.lane & 3) == 0) {
+      row_sum[at.wg][at.row[h]] = st.l[h];
+      if (row_max_peer != nullptr && at.wg == 1) row_max_peer[at.row[h]] = st.max[h];
+    }
+  }
+  ptx::named_barrier_sync(kRowSumReady, kConsumerThreads);
+}
+
 }  // namespace sparse_mla::cuda::sm90a

@@ -35,40 +35,13 @@
 #include "cuda/runtime/device_limits.h"
 #include "cuda/runtime/dynamic_smem.h"
 #include "cuda/sm90a/seesaw/consumers.cuh"
+#include "cuda/sm90a/seesaw/producer_rows.cuh"
 #include "cuda/sm90a/sparse_prefill/config.cuh"
 #include "cuda/sm90a/sparse_prefill/launch.h"
 
 namespace sparse_mla::cuda::sm90a_prefill {
 
 // ---- producer ------------------------------------------------------------------------------
-
-// Producer thread t (0..127) copies 16-B chunk t % 8 of every 128-B panel row of rows
-// t / 8 + 16 r, r < 4: a group of 8 threads reads one 128-B run of a row, and as 16 is a multiple
-// of the swizzle period the chunk's XOR (row % 8) is the same for all four rows.
-struct ProducerPlace {
-  int group, chunk;  // rows group + 16 r; chunk within each 64-dim panel
-  uint32_t swizzled_chunk_bytes;
-  __device__ __forceinline__ explicit ProducerPlace(int t)
-      : group(t >> 3), chunk(t & 7), swizzled_chunk_bytes(((t & 7) ^ ((t >> 3) & 7)) << 4) {}
-};
-
-// Panels [kFirst, kEnd) of the thread's four rows of a [64, d_qk] tile; row_source(r) gives row
-// r's readable address and whether it is valid (zero-filled where not). Called per row, so that
-// only one row's address is live at a time (the producer runs in 72 registers).
-template <int kFirst, int kEnd, class RowSource>
-__device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at,
-                                          RowSource&& row_source) {
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const uint32_t row_base = tile + (at.group + 16 * r) * 128 + at.swizzled_chunk_bytes;
-    bool valid;
-    const uint8_t* row_src = row_source(r, &valid) + 16 * at.chunk;
-#pragma unroll
-    for (int panel = kFirst; panel < kEnd; ++panel) {
-      ptx::cp_async_cg_16(row_base + panel * kPanelBytes, row_src + 128 * panel, valid ? 16u : 0u);
-    }
-  }
-}
 
 // The thread's four list entries of block `block`, -1 past the list (k >= n_valid, topk_length;
 // blocks past the list are all invalid). Raw: range-checked only where they are used, so that the
@@ -190,19 +163,8 @@ __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64
                                            const ConsumerPlace& at, RowState& st,
                                            const float (&o)[128], float (&row_sum)[2][kHeadRows],
                                            float (&row_max_peer)[kHeadRows]) {
-  float(&l)[2] = st.l;
-  float(&m)[2] = st.m;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] = quad_sum(l[h]);
-    if ((at.lane & 3) == 0) {
-      row_sum[at.wg][at.row[h]] = l[h];
-      // WG1's true max for WG0's max_logits; WG0 read row_max[1] last in its final pair, before
-      // it marked P0 ready, which WG1's final products waited for.
-      if (at.wg == 1) row_max_peer[at.row[h]] = st.max[h];
-    }
-  }
-  ptx::named_barrier_sync(kRowSumReady, kConsumerThreads);
+  const float(&m)[2] = st.m;
+  publish_row_sums(at, st, row_sum, row_max_peer);
   const int quad_lane = at.lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -256,29 +218,9 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int head
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
     const WorkItem w(p, head_groups, item);
     float o[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) o[i] = 0.0f;
     RowState st;
-    // Scores of the warpgroup's next block: WG0's are computed ahead (in the previous pair's
-    // tail), WG1's at the start of its pair. One array for both, so that the loop-carried one does
-    // not stay live beside WG1's.
-    float s[32];
-    ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
-    if (w.num_pairs > 0 && at.wg == 0) scores<kDqk, 0>(q, sm, ring_pairs & 1, s);
-    for (int pair = 0; pair < w.num_pairs; ++pair) {
-      const bool has_next = pair + 1 < w.num_pairs;
-      const uint32_t ring_pair = ring_pairs + pair;
-      if (at.wg == 0) {
-        // WG0's last scores of the item are done: with WG1's, the producer may load the next Q.
-        if (!has_next) release(sm.q_empty, at);
-        consume_pair_wg0<kDqk>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair, has_next,
-                               sm, st, s, o);
-      } else {
-        consume_pair_wg1<kDqk>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair, !has_next,
-                               sm, st, s, o);
-      }
-    }
-    if (w.num_pairs == 0) release(sm.q_empty, at);
+    consume_item_pairs<kDqk>(q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs,
+                             item_count, sm, st, o);
     ring_pairs += w.num_pairs;
     store_item(p, w.token, w.head0, at, st, o, sm.row_sum[item_count & 1], sm.row_max[1]);
   }
