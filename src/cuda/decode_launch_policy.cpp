@@ -220,6 +220,23 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
   return decode_launch_shape(problem, limits, tiles, knobs, *split, shape);
 }
 
+DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
+                                              const DeviceLimits& limits, int rows,
+                                              int block_keys) {
+  DecodeLaunchShape shape;
+  shape.head_groups = decode_head_groups(problem.h_q, rows);
+  shape.ctas_per_sm = 1;
+  const int slots = std::max(1, limits.sm_count / shape.head_groups);
+  const int64_t bound_blocks =
+      planning::query_blocks(problem.topk, problem.has_extra ? problem.extra_topk : 0, block_keys);
+  const planning::DecodePartCount count =
+      part_count_of(problem.b * problem.s_q, bound_blocks, slots);
+  shape.num_parts = count.num_parts;
+  shape.min_units = count.min_units;
+  shape.working_parts = count.working_parts;
+  return shape;
+}
+
 void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,
                       const DecodeTileSet& tiles, const DecodeKnobs& knobs,
                       const DecodeLaunchShape& shape, DecodePlan* plan) {

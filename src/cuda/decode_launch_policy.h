@@ -94,6 +94,12 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
                             const DecodeTileSet& tiles, const DecodeKnobs& knobs, size_t tile,
                             DecodeLaunchShape* shape);
 
+// The launch of a kernel that runs one CTA of `rows` heads per part and head group on every SM
+// (the Hopper decode, sm90a/sparse_decode): head groups of `rows`, and the part-count rule for
+// full lists (planning/decode_part_count.h) over sm_count / head groups slots; `tile` unused.
+DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
+                                              const DeviceLimits& limits, int rows, int block_keys);
+
 // Fills what a plan says about the launch: num_sm_parts, workspace_bytes, the typed kernel
 // fields (kernel_config, kernel_family, rows_per_cta, ...) and `reason`.
 void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,

@@ -12,6 +12,7 @@ namespace sparse_mla::cuda {
 std::span<const PrefillEntry> portable_prefill_entries() { return kPortablePrefillEntries; }
 std::span<const Sm90aPrefillEntry> sm90a_prefill_entries() { return kSm90aPrefillEntries; }
 std::span<const DecodeEntry> portable_decode_entries() { return kPortableDecodeEntries; }
+std::span<const Sm90aDecodeEntry> sm90a_decode_entries() { return kSm90aDecodeEntries; }
 std::span<const AbsentKernel> absent_kernels() { return kAbsentKernels; }
 
 const char* why_not_built(const char* family, KvCacheFormat format, int64_t d_qk) {

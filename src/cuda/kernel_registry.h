@@ -37,6 +37,16 @@ struct Sm90aPrefillEntry {
   int (*smem)();  // dynamic shared memory, bytes
 };
 
+// The Hopper FP8 sparse decode for one cache format (family sm90a_sparse_decode, sm_90a code
+// only): 64 head rows per CTA, 64-key blocks, one CTA per SM.
+struct Sm90aDecodeEntry {
+  const char* name;
+  KvCacheFormat format;
+  int d_qk;
+  Status (*launch)(const portable_decode::DecodeLaunch&, cudaStream_t);
+  int (*smem)();  // dynamic shared memory, bytes
+};
+
 // A portable sparse decode tile (family portable_sparse_decode): what the launch policy sees
 // (decode_launch_policy.h), then the instantiation's functions.
 struct DecodeEntry {
@@ -63,6 +73,7 @@ struct AbsentKernel {
 std::span<const PrefillEntry> portable_prefill_entries();
 std::span<const Sm90aPrefillEntry> sm90a_prefill_entries();
 std::span<const DecodeEntry> portable_decode_entries();
+std::span<const Sm90aDecodeEntry> sm90a_decode_entries();
 std::span<const AbsentKernel> absent_kernels();
 
 // Why the kernels of `family` for (format, d_qk) are not in this build (AbsentKernel::why of the

@@ -1,6 +1,6 @@
-// The CUDA back end's kernel variants (core/kernel_variant.h): the Hopper sparse prefill (sm_90
-// devices, sm_90a code), portable sm_80+ sparse prefill and sparse decode (one variant per main
-// cache format), over the tile instantiations this build compiled
+// The CUDA back end's kernel variants (core/kernel_variant.h): the Hopper sparse prefill and FP8
+// sparse decode (sm_90 devices, sm_90a code), portable sm_80+ sparse prefill and sparse decode (one
+// variant per main cache format), over the tile instantiations this build compiled
 // (cuda/kernel_registry.h, generated from src/cuda/instantiations/kernels.py). Each variant checks
 // the device (compute capability, opt-in shared memory) in `supports`. Prefill `run` launches the
 // tile that cuda/tile_choice.h picks for h_q and the device's shared memory; decode plan and run
@@ -132,6 +132,27 @@ Status portable_prefill_run(const PrefillParams& params, const RunOptions& optio
 
 // ---- Hopper prefill (sm_90a) ----------------------------------------------------------------
 
+// Whether `device` runs this library's sm_90a code (compute capability 9.0: sm_90a SASS runs on
+// no other) with `smem` bytes of shared memory per block (SMLA_DEVICE_SMEM_OPTIN can cap it, to
+// run a smaller GPU's choices).
+bool sm90_device_fits(const Device& device, int smem, std::string* why_not) {
+  DeviceLimits limits;
+  if (!device_limits(device, &limits, why_not)) return false;
+  if (limits.cc_major != 9 || limits.cc_minor != 0) {
+    *why_not = "needs an sm_90 device (wgmma, setmaxnreg: sm_90a code); device " +
+               std::to_string(device.index) + " is " + std::to_string(limits.cc_major) + "." +
+               std::to_string(limits.cc_minor);
+    return false;
+  }
+  if (limits.smem_optin < smem) {
+    *why_not = "needs " + std::to_string(smem) +
+               " B of shared memory per block, the device allows " +
+               std::to_string(limits.smem_optin);
+    return false;
+  }
+  return true;
+}
+
 // The Hopper prefill for d_qk if this build has it (the kernel table's sm90a rows are built only
 // with 90a in SMLA_CUDA_ARCHS) and it can run here: a compute capability 9.0 device (sm_90a SASS
 // runs on no other) with the shared memory it needs (SMLA_DEVICE_SMEM_OPTIN can cap it, to run a
@@ -160,21 +181,7 @@ const cuda::Sm90aPrefillEntry* sm90a_prefill_entry(const SparsePrefillProblem& p
                               : "d_qk must be 576 or 512, got " + std::to_string(problem.d_qk);
     return nullptr;
   }
-  DeviceLimits limits;
-  if (!device_limits(problem.device, &limits, why_not)) return nullptr;
-  if (limits.cc_major != 9 || limits.cc_minor != 0) {
-    *why_not = "needs an sm_90 device (wgmma, setmaxnreg: sm_90a code); device " +
-               std::to_string(problem.device.index) + " is " + std::to_string(limits.cc_major) +
-               "." + std::to_string(limits.cc_minor);
-    return nullptr;
-  }
-  if (limits.smem_optin < entry->smem()) {
-    *why_not = "needs " + std::to_string(entry->smem()) +
-               " B of shared memory per block, the device allows " +
-               std::to_string(limits.smem_optin);
-    return nullptr;
-  }
-  return entry;
+  return sm90_device_fits(problem.device, entry->smem(), why_not) ? entry : nullptr;
 }
 
 bool sm90a_prefill_supports(const SparsePrefillProblem& problem, std::string* why_not) {
@@ -375,12 +382,144 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
   return cuda::launch_split_combine(params, num_parts, workspace, stream);
 }
 
+// ---- Hopper decode (sm_90a) -----------------------------------------------------------------
+
+// The Hopper FP8 decode for the problem's cache format if this build has it and it can run here:
+// an sm_90 device with the shared memory it needs, 33..128 heads (32 or fewer run the portable
+// 16- and 32-row tiles, which this kernel's 64-row tile would pad). SMLA_DECODE_SM90A (default
+// cuda::kDecodeSm90aDefault, cuda/knobs.h) turns it on or off.
+const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& problem,
+                                                 std::string* why_not) {
+  if (!knobs_valid(why_not)) return nullptr;
+  if (cuda::cuda_knobs().decode_sm90a.value.value_or(cuda::kDecodeSm90aDefault) == 0) {
+    *why_not = cuda::cuda_knobs().decode_sm90a.value ? "turned off by SMLA_DECODE_SM90A=0"
+                                                     : "off unless SMLA_DECODE_SM90A=1";
+    return nullptr;
+  }
+  if (!problem.device.is_cuda()) {
+    *why_not = "tensors are not on a CUDA device";
+    return nullptr;
+  }
+  const cuda::Sm90aDecodeEntry* entry = nullptr;
+  for (const cuda::Sm90aDecodeEntry& e : cuda::sm90a_decode_entries()) {
+    if (e.format == problem.format && e.d_qk == problem.d_qk) entry = &e;
+  }
+  if (entry == nullptr) {
+    const char* why = cuda::why_not_built("sm90a_sparse_decode", problem.format, problem.d_qk);
+    *why_not = why != nullptr ? std::string(why)
+                              : std::string(
+                                    "serves v32_fp8 (d_qk 576) and v4_fp8 (d_qk 512) caches, "
+                                    "got ") +
+                                    kv_cache_format_name(problem.format) + " d_qk " +
+                                    std::to_string(problem.d_qk);
+    return nullptr;
+  }
+  if (problem.d_v != 512) {
+    *why_not = "d_v must be 512, got " + std::to_string(problem.d_v);
+    return nullptr;
+  }
+  if (problem.h_q < 33 || problem.h_q > 128) {
+    *why_not = "runs 33..128 heads (the portable 16- and 32-row tiles run fewer), got h_q " +
+               std::to_string(problem.h_q);
+    return nullptr;
+  }
+  if (problem.b * problem.s_q > 0x7fffffff / 2) {
+    *why_not = "b * s_q = " + std::to_string(problem.b * problem.s_q) + " is too large";
+    return nullptr;
+  }
+  return sm90_device_fits(problem.device, entry->smem(), why_not) ? entry : nullptr;
+}
+
+bool sm90a_decode_supports(const SparseDecodeProblem& problem, std::string* why_not) {
+  return sm90a_decode_entry(problem, why_not) != nullptr;
+}
+
+constexpr int kSm90aDecodeRows = 64, kSm90aDecodeBlockKeys = 64;
+
+Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, DecodePlan* plan) {
+  std::string why_not;
+  const cuda::Sm90aDecodeEntry* entry = sm90a_decode_entry(problem, &why_not);
+  if (entry == nullptr) return unsupported("plan_sparse_decode: " + why_not);
+  DeviceLimits limits;
+  if (!device_limits(problem.device, &limits, &why_not)) {
+    return unsupported("plan_sparse_decode: " + why_not);
+  }
+  const cuda::DecodeLaunchShape shape =
+      cuda::one_cta_per_sm_decode_shape(problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
+  const planning::DecodeWorkspaceLayout layout =
+      planning::decode_workspace_layout(problem.b * problem.s_q, shape.num_parts, problem.h_q, 512);
+  plan->num_sm_parts = shape.num_parts;
+  plan->workspace_bytes = static_cast<size_t>(layout.total_bytes);
+  plan->kernel_config = entry->name;
+  plan->kernel_family = "sm90a_sparse_decode";
+  plan->rows_per_cta = kSm90aDecodeRows;
+  plan->keys_per_block = kSm90aDecodeBlockKeys;
+  plan->head_groups = shape.head_groups;
+  plan->warp_specialized = true;
+  plan->paired_head_groups = false;
+  plan->min_units_per_part = shape.min_units;
+  plan->reason = "Hopper seesaw (wgmma consumers, dequantising producer warpgroup): " +
+                 std::to_string(shape.num_parts) + " parts x " + std::to_string(shape.head_groups) +
+                 " head groups of 64 rows x 64-key blocks" +
+                 (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
+                                            " units: sized for full lists)"
+                                      : "") +
+                 " = 1 CTA per SM on " + std::to_string(limits.sm_count) + " SMs";
+  return {};
+}
+
+Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void* workspace,
+                        size_t workspace_bytes, DecodeSchedule schedule,
+                        const RunOptions& options) {
+  std::string why_not;
+  const cuda::Sm90aDecodeEntry* entry = sm90a_decode_entry(params.problem, &why_not);
+  if (entry == nullptr) return unsupported("sparse_decode: " + why_not);
+  DeviceLimits limits;
+  if (!device_limits(params.problem.device, &limits, &why_not)) {
+    return unsupported("sparse_decode: " + why_not);
+  }
+  cuda::DeviceGuard guard;
+  SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
+  const int num_parts = plan.num_sm_parts;
+  const int64_t num_queries = params.problem.b * params.problem.s_q;
+  const planning::DecodeWorkspaceLayout layout =
+      planning::decode_workspace_layout(num_queries, num_parts, params.problem.h_q, 512);
+  if (num_parts < 1 || static_cast<int64_t>(workspace_bytes) < layout.total_bytes ||
+      workspace == nullptr) {
+    return invalid_argument("sparse_decode: the workspace (" + std::to_string(workspace_bytes) +
+                            " bytes) does not fit the plan's " + std::to_string(num_parts) +
+                            " parts (" + std::to_string(layout.total_bytes) + " bytes)");
+  }
+  auto stream = static_cast<cudaStream_t>(options.stream);
+  if (schedule == DecodeSchedule::kBuild) {
+    // A plan whose part count the shape does not give runs the plain cost line (as the portable
+    // run does).
+    const cuda::DecodeLaunchShape shape = cuda::one_cta_per_sm_decode_shape(
+        params.problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
+    const int64_t min_units = shape.num_parts == num_parts ? shape.min_units : 0;
+    SMLA_RETURN_IF_ERROR(cuda::launch_decode_planner(params, num_parts, min_units,
+                                                     kSm90aDecodeBlockKeys, workspace, stream));
+  }
+  const planning::DecodeWorkspace ws = planning::carve_decode_workspace(workspace, layout);
+  cuda::portable_decode::DecodeLaunch launch;
+  launch.p = params;
+  launch.num_parts = num_parts;
+  launch.parts = ws.parts;
+  launch.split_offsets = ws.split_offsets;
+  launch.partial_lse = ws.partial_lse;
+  launch.partial_out = ws.partial_out;
+  SMLA_RETURN_IF_ERROR(entry->launch(launch, stream));
+  return cuda::launch_split_combine(params, num_parts, workspace, stream);
+}
+
 constexpr PrefillKernel kPrefillKernels[] = {
     {"sm90a_sparse_prefill", Backend::kCuda, sm90a_prefill_supports, sm90a_prefill_run},
     {"portable_sparse_prefill", Backend::kCuda, portable_prefill_supports, portable_prefill_run},
 };
 
 constexpr DecodeKernel kDecodeKernels[] = {
+    {"sm90a_sparse_decode", Backend::kCuda, sm90a_decode_supports, sm90a_decode_plan,
+     sm90a_decode_run},
     {"portable_sparse_decode_v32fp8", Backend::kCuda,
      portable_decode_supports<KvCacheFormat::kV32Fp8>, portable_decode_plan, portable_decode_run},
     {"portable_sparse_decode_v4fp8", Backend::kCuda,

@@ -34,10 +34,11 @@ class Table(unittest.TestCase):
                 self.assertIn(f"_h{k.rows}_k{k.block_keys}", k.name)
 
     def test_every_configuration_of_the_cuda_back_end(self):
-        self.assertEqual(len(KERNELS), 47)
+        self.assertEqual(len(KERNELS), 49)
         hopper = [k for k in KERNELS if k.arch == "sm90a"]
         self.assertEqual(sorted(k.name for k in hopper),
-                         ["sm90a_sparse_prefill_d512", "sm90a_sparse_prefill_d576"])
+                         ["sm90a_sparse_decode_v32fp8_d576", "sm90a_sparse_decode_v4fp8_d512",
+                          "sm90a_sparse_prefill_d512", "sm90a_sparse_prefill_d576"])
         prefill = [k for k in KERNELS if k.family == "portable_sparse_prefill"]
         decode = [k for k in KERNELS if k.family == "portable_sparse_decode"]
         self.assertEqual(len(prefill), 12)  # d_qk 576 / 512 x rows 16 / 32 / 64 x keys 64 / 32
@@ -68,12 +69,12 @@ class Select(unittest.TestCase):
 
     def test_deepseek_v4_is_d_qk_512_only(self):
         sel = generate.select("deepseek-v4", "90a")
-        # prefill 6 + sm90a 1, v4_fp8 6 + 1, bf16 d512 6, v41_fp8 6 + 1
-        self.assertEqual(len(sel.built), 27)
+        # prefill 6 + sm90a 1, v4_fp8 6 + 1 + sm90a 1, bf16 d512 6, v41_fp8 6 + 1
+        self.assertEqual(len(sel.built), 28)
         self.assertTrue(all(k.d_qk == 512 for k in sel.built))
         self.assertEqual({k.format for k in sel.built}, {"v4_fp8", "bf16", "v41_fp8"})
         self.assertIn("portable_sparse_decode_v4fp8_d512_h16_k32_warp_specialized", names(sel))
-        self.assertEqual(len(sel.absent), 20)
+        self.assertEqual(len(sel.absent), 21)
         for k, why in sel.absent:
             self.assertNotEqual(k.d_qk, 512)
             self.assertIn("SMLA_KERNELS=deepseek-v4 does not select", why)
@@ -164,20 +165,23 @@ class Files(unittest.TestCase):
         self.tmp.cleanup()
 
     def test_units_and_registry_agree(self):
-        for spec, prefill, decode, hopper in (("all", 12, 33, 2), ("deepseek-v4", 6, 20, 1)):
+        for spec, prefill, decode, hopper, hopper_decode in (("all", 12, 33, 2, 2),
+                                                             ("deepseek-v4", 6, 20, 1, 1)):
             out = self.write(spec)
             units = sorted(p.stem for p in (out / "instantiations").glob("*.cu"))
-            self.assertEqual(len(units), prefill + decode + hopper)
+            self.assertEqual(len(units), prefill + decode + hopper + hopper_decode)
             inc = (out / "kernel_entries.inc").read_text()
             self.assertIn(f"std::array<PrefillEntry, {prefill}> kPortablePrefillEntries", inc)
             self.assertIn(f"std::array<DecodeEntry, {decode}> kPortableDecodeEntries", inc)
             self.assertIn(f"std::array<Sm90aPrefillEntry, {hopper}> kSm90aPrefillEntries", inc)
-            built = prefill + decode + hopper
-            self.assertIn(f"std::array<AbsentKernel, {47 - built}> kAbsentKernels", inc)
+            self.assertIn(f"std::array<Sm90aDecodeEntry, {hopper_decode}> kSm90aDecodeEntries",
+                          inc)
+            built = prefill + decode + hopper + hopper_decode
+            self.assertIn(f"std::array<AbsentKernel, {49 - built}> kAbsentKernels", inc)
             entries, absent = inc.split("kAbsentKernels")
             self.assertEqual(sorted(re.findall(r'^    \{\{?"([a-z0-9_]+)"', entries, re.M)), units)
             absent_rows = re.findall(r'^    \{"([a-z0-9_]+)"', absent, re.M)
-            self.assertEqual(len(absent_rows), 47 - len(units))
+            self.assertEqual(len(absent_rows), 49 - len(units))
             cmake = (out / "kernels.cmake").read_text()
             self.assertIn(f"set(SMLA_KERNELS_BUILT {built})", cmake)
             self.assertIn("sm90a_sparse_prefill_d512.cu", cmake)
@@ -208,7 +212,7 @@ class Files(unittest.TestCase):
         gone = out / "instantiations" / "portable_sparse_prefill_d576_h16_k64.cu"
         self.assertFalse(gone.exists())
         self.assertEqual(kept.stat().st_mtime_ns, before)
-        self.assertEqual(len(list((out / "instantiations").glob("*.cu"))), 27)
+        self.assertEqual(len(list((out / "instantiations").glob("*.cu"))), 28)
 
     def test_command_line(self):
         self.assertEqual(generate.main(["--list", "--kernels", "portable_sparse_prefill_d5*"]), 0)

@@ -228,6 +228,28 @@ FAMILIES: dict[str, Family] = {
             f"sm90a_prefill::sm90a_prefill_smem_bytes<{k.d_qk}>}}"
         ),
     ),
+    "sm90a_sparse_decode": Family(
+        has_format=True,
+        kernel_header=lambda k: "cuda/sm90a/sparse_decode/kernel.cuh",
+        namespace="sparse_mla::cuda::sm90a_decode",
+        instantiations=lambda k: [
+            f"template int sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>();",
+            f"template Status launch_sm90a_sparse_decode<{k.format_enum}, {k.d_qk}>(",
+            "    const portable_decode::DecodeLaunch&, cudaStream_t);",
+        ],
+        describe=lambda k: (
+            f"Hopper (sm_90a) sparse decode, {k.format} cache, d_qk {k.d_qk}: 64 head rows per "
+            "CTA, 64-key blocks, wgmma consumers and a producer warpgroup that dequantises in place."
+        ),
+        launch_header="cuda/sm90a/sparse_decode/launch.h",
+        registry="kSm90aDecodeEntries",
+        entry_type="Sm90aDecodeEntry",
+        entry=lambda k: (
+            f'{{"{k.name}", {k.format_enum}, {k.d_qk}, '
+            f"sm90a_decode::launch_sm90a_sparse_decode<{k.format_enum}, {k.d_qk}>, "
+            f"sm90a_decode::sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>}}"
+        ),
+    ),
 }
 
 # Head rows per CTA: 16 (h_q <= 16), 32 (h_q <= 32), 64 (everything above, in groups of 64).
@@ -274,6 +296,11 @@ KERNELS: list[Kernel] = (
     ]
     # The Hopper prefill: one tile (64 head rows, 64-key blocks) per d_qk, sm_90a code only.
     + [Kernel("sm90a_sparse_prefill", d_qk=dqk, arch="sm90a") for dqk in (576, 512)]
+    # The Hopper FP8 decode: one kernel per FP8 cache format, sm_90a code only.
+    + [
+        Kernel("sm90a_sparse_decode", format=fmt, d_qk=dqk, arch="sm90a")
+        for fmt, dqk in (("v32_fp8", 576), ("v4_fp8", 512))
+    ]
 )
 
 # SMLA_KERNELS presets: a name that stands for the rows its predicate accepts.

@@ -17,6 +17,7 @@
 #include "cuda/device/kv_cache_traits.cuh"
 #if defined(SMLA_WITH_CUDA)
 #include "cuda/kernel_registry.h"
+#include "cuda/knobs.h"
 #include "cuda/runtime/device_limits.h"
 #endif
 #include "gpu/gpu_test_support.h"
@@ -180,39 +181,32 @@ int usable_smem() {
   }
   return limits.smem_optin;
 }
+
+// Whether this build's Hopper FP8 decode (kernel_tables.cpp sm90a_decode_entry) is the kernel for
+// the case here: 33..128 heads of a v32_fp8 or v4_fp8 cache on an sm_90 device with its own
+// shared memory, where SMLA_DECODE_SM90A (default cuda::kDecodeSm90aDefault) turns it on
+// (tests/cpp/CMakeLists.txt: gpu_decode_sm90a, gpu_decode_portable_on_sm90).
+bool hopper_decode_expected(const verify::DecodeCase& c, const DeviceInfo& device) {
+  const char* knob = std::getenv("SMLA_DECODE_SM90A");
+  const bool wanted = knob != nullptr ? std::string(knob) == "1" : cuda::kDecodeSm90aDefault == 1;
+  return wanted && device.cc_major == 9 && device.cc_minor == 0 &&
+         std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
+         (c.problem.format == KvCacheFormat::kV32Fp8 ||
+          c.problem.format == KvCacheFormat::kV4Fp8) &&
+         c.problem.h_q >= 33 &&
+         cuda::why_not_built("sm90a_sparse_decode", c.problem.format, c.problem.d_qk) == nullptr &&
+         !cuda::sm90a_decode_entries().empty() && SMLA_TEST_BUILD_HAS_SM90_CODE;
+}
 #else  // built without CUDA: no case gets past SMLA_SKIP_WITHOUT_GPU
+bool hopper_decode_expected(const verify::DecodeCase&, const DeviceInfo&) { return false; }
 bool tiles_built(KvCacheFormat, int64_t) { return false; }
 int split_tile_smem(KvCacheFormat, int64_t, int, int) { return 0; }
 int usable_smem() { return 0; }
 #endif
 
-// Plans, runs layer 0 (kBuild) and layer 1 (kReuse) into separate outputs, checks both.
-void check_case(const verify::DecodeRecipe& recipe) {
-  SCOPED_TRACE(describe(recipe));
-  verify::DecodeCase c;
-  SMLA_ASSERT_OK(verify::make_decode_case(recipe, &c));
-  if (!tiles_built(c.problem.format, c.problem.d_qk)) {
-    GTEST_SKIP() << "not in this build (SMLA_KERNELS)";
-  }
-  verify::DeviceDecodeInputs inputs;
-  SMLA_ASSERT_OK(verify::upload(c, kGpu, &inputs));
-
-  verify::DecodeOutputs got0, got1, expected;
-  verify::allocate_outputs(c.problem, &got0, recipe.padded_strides);
-  verify::allocate_outputs(c.problem, &got1, recipe.padded_strides);
-  DeviceOutputs d0, d1;
-  SMLA_ASSERT_OK(make_device_outputs(got0, inputs.args_template, &d0));
-  SMLA_ASSERT_OK(make_device_outputs(got1, inputs.args_template, &d1));
-
-  RunOptions options;
-  options.backend = Backend::kCuda;
-  SparseDecodeProblem problem;
-  SMLA_ASSERT_OK(describe_sparse_decode(d0.args, &problem));
-  DecodePlan plan;
-  SMLA_ASSERT_OK(plan_sparse_decode(problem, &plan, options));
-  ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;
-  DeviceInfo device;
-  SMLA_ASSERT_OK(get_device_info(kGpu.index, &device));
+// The launch that a plan of a portable decode kernel names, against the knobs that steer it.
+void check_portable_launch(const verify::DecodeCase& c, const verify::DecodeRecipe& recipe,
+                           const DecodePlan& plan, const DeviceInfo& device) {
   // The plan names the kernel-table row that runs (cuda/kernel_registry.h), of the plan's variant.
   EXPECT_EQ(plan.kernel_family, "portable_sparse_decode");
   EXPECT_EQ(plan.kernel_config.rfind(plan.kernel + "_", 0), 0u) << plan.kernel_config;
@@ -262,6 +256,47 @@ void check_case(const verify::DecodeRecipe& recipe) {
   if (may_produce && device.cc_major == 9 && std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
       plan.num_sm_parts <= device.sm_count) {
     EXPECT_TRUE(plan.warp_specialized) << plan.reason;
+  }
+}
+
+// Plans, runs layer 0 (kBuild) and layer 1 (kReuse) into separate outputs, checks both.
+void check_case(const verify::DecodeRecipe& recipe) {
+  SCOPED_TRACE(describe(recipe));
+  verify::DecodeCase c;
+  SMLA_ASSERT_OK(verify::make_decode_case(recipe, &c));
+  if (!tiles_built(c.problem.format, c.problem.d_qk)) {
+    GTEST_SKIP() << "not in this build (SMLA_KERNELS)";
+  }
+  verify::DeviceDecodeInputs inputs;
+  SMLA_ASSERT_OK(verify::upload(c, kGpu, &inputs));
+
+  verify::DecodeOutputs got0, got1, expected;
+  verify::allocate_outputs(c.problem, &got0, recipe.padded_strides);
+  verify::allocate_outputs(c.problem, &got1, recipe.padded_strides);
+  DeviceOutputs d0, d1;
+  SMLA_ASSERT_OK(make_device_outputs(got0, inputs.args_template, &d0));
+  SMLA_ASSERT_OK(make_device_outputs(got1, inputs.args_template, &d1));
+
+  RunOptions options;
+  options.backend = Backend::kCuda;
+  SparseDecodeProblem problem;
+  SMLA_ASSERT_OK(describe_sparse_decode(d0.args, &problem));
+  DecodePlan plan;
+  SMLA_ASSERT_OK(plan_sparse_decode(problem, &plan, options));
+  DeviceInfo device;
+  SMLA_ASSERT_OK(get_device_info(kGpu.index, &device));
+  const bool hopper_wanted = hopper_decode_expected(c, device);
+  if (plan.kernel == "sm90a_sparse_decode") {
+    EXPECT_TRUE(hopper_wanted) << plan.reason;
+    EXPECT_EQ(plan.kernel_family, "sm90a_sparse_decode");
+    EXPECT_EQ(plan.rows_per_cta, 64);
+    EXPECT_EQ(plan.keys_per_block, 64);
+    EXPECT_EQ(plan.head_groups, (c.problem.h_q + 63) / 64);
+    EXPECT_FALSE(plan.paired_head_groups) << plan.reason;
+  } else {
+    EXPECT_FALSE(hopper_wanted) << plan.kernel << ": " << plan.reason;
+    ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;
+    check_portable_launch(c, recipe, plan, device);
   }
   Buffer workspace;
   SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes, &workspace));

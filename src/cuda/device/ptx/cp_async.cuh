@@ -34,6 +34,14 @@ __device__ __forceinline__ void cp_async_ca_8(uint32_t smem_addr, const void* gm
 #endif
 }
 
+// A hint: brings the 32-B sector of `gmem` into L2 without waiting (prefetch.global.L2), for a
+// load that follows later.
+__device__ __forceinline__ void prefetch_l2(const void* gmem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
+#endif
+}
+
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile("cp.async.commit_group;\n" ::: "memory");

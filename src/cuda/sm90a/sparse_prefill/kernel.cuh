@@ -35,6 +35,7 @@
 #include "cuda/runtime/device_limits.h"
 #include "cuda/runtime/dynamic_smem.h"
 #include "cuda/sm90a/seesaw/consumers.cuh"
+#include "cuda/sm90a/seesaw/cta.cuh"
 #include "cuda/sm90a/seesaw/producer_rows.cuh"
 #include "cuda/sm90a/sparse_prefill/config.cuh"
 #include "cuda/sm90a/sparse_prefill/launch.h"
@@ -231,20 +232,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     sm90a_sparse_prefill_kernel(const detail::PrefillParams p, int head_groups, int64_t num_items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
-  // wgmma's 128-B swizzle is computed from address bits: tiles must sit on 1 KiB boundaries.
-  auto& sm =
-      *reinterpret_cast<Smem<kDqk>*>(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
+  Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kFullArrivals);
   const int thread = threadIdx.x;
-
-  if (thread == 0) {
-    for (int s = 0; s < 2 * kStages; ++s) {
-      ptx::mbarrier_init_for_cluster(smem_u32(&sm.full[s]), kFullArrivals);
-      ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]), kEmptyArrivals);
-    }
-    ptx::mbarrier_init_for_cluster(smem_u32(&sm.q_full), kProducerThreads);
-    ptx::mbarrier_init_for_cluster(smem_u32(&sm.q_empty), kQEmptyArrivals);
-  }
-  __syncthreads();
 
   if (thread >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();

@@ -1,0 +1,380 @@
+// Hopper (sm_90a) sparse decode kernel over an FP8 paged cache (SPEC §3; design in config.cuh and
+// docs/kernels/sm90a_sparse_decode.md). Grid (parts, head groups of 64): CTA (part, group) walks
+// the pieces of its DecodePartSchedule, each a work item of the seesaw (seesaw/consumers.cuh) with
+// the ring and its barriers carried over from piece to piece. Roles, per piece:
+//   producer   Q once the consumers' last scores of the previous piece are done, then per pair of
+//              64-slot blocks (K0, K1; main list first, then extra) four half-stages in the order
+//              the consumers free them: wait until free, cp.async the raw e4m3 bytes of the half
+//              into the upper part of its own panels and the bf16 tail into its panel (invalid
+//              slots zero-filled from slot 0, never read), load the rows' scales, then convert in
+//              place (e4m3 x fp32 scale in fp32, one rounding to bf16: cuda/device/fp8_dequant.cuh)
+//              and arrive on the half's full barrier;
+//   consumers  the seesaw, as in the prefill;
+//   store      an unsplit query's bf16 out (sink applied) and natural-log lse, or a split piece's
+//              fp32 partial (normalised by its own sum) and log2 partial lse for the combine
+//              (portable_decode::finish_row / store_row).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/params.h"
+#include "cuda/device/fp8_dequant.cuh"
+#include "cuda/device/kv_cache_traits.cuh"
+#include "cuda/device/online_softmax.cuh"
+#include "cuda/device/ptx/barrier.cuh"
+#include "cuda/device/ptx/cluster.cuh"  // mbarrier init and wait
+#include "cuda/device/ptx/cp_async.cuh"
+#include "cuda/device/ptx/warpgroup.cuh"
+#include "cuda/device/smem_tile.cuh"
+#include "cuda/portable/sparse_decode/launch.h"
+#include "cuda/portable/sparse_decode/piece_inputs.cuh"
+#include "cuda/portable/sparse_decode/piece_target.cuh"
+#include "cuda/runtime/cuda_check.h"
+#include "cuda/runtime/dynamic_smem.h"
+#include "cuda/sm90a/seesaw/consumers.cuh"
+#include "cuda/sm90a/seesaw/cta.cuh"
+#include "cuda/sm90a/seesaw/producer_rows.cuh"
+#include "cuda/sm90a/sparse_decode/config.cuh"
+#include "cuda/sm90a/sparse_decode/launch.h"
+#include "planning/decode_schedule_builder.h"
+
+namespace sparse_mla::cuda::sm90a_decode {
+
+using portable_decode::DecodeLaunch;
+using portable_decode::QueryLists;
+
+// One piece of the CTA's part: query (b, s), its blocks [begin, end) of the main list then the
+// extra list, in pairs (the last pair's K1 may lie past `end`: all its slots are invalid).
+struct Piece {
+  int64_t b, s;
+  QueryLists lists;
+  int begin, end, num_pairs;
+  __device__ __forceinline__ Piece(const detail::DecodeParams& p,
+                                   const planning::DecodePartSchedule& part, int32_t query)
+      : b(query / p.problem.s_q),
+        s(query % p.problem.s_q),
+        lists(portable_decode::query_lists<kBlockKeys>(p, b, s)),
+        begin(query == part.begin_query ? part.begin_block : 0),
+        end(query == part.end_query ? part.end_block : lists.blocks_total),
+        num_pairs(end > begin ? (end - begin + 1) / 2 : 0) {}
+};
+
+// ---- producer ------------------------------------------------------------------------------
+
+// The thread's four list entries (rows at.group + 16 r) of block `block` of the piece, -1 past
+// the block's list or for a block past the piece; raw: range-checked where they are used, so that
+// the loads issued a pair ahead are not waited for when issued.
+struct BlockRows {
+  int32_t index[4];
+  bool main;  // the block is in the main list (else the extra list)
+};
+
+__device__ __forceinline__ BlockRows block_rows(const Piece& w, const ProducerPlace& at,
+                                                int block) {
+  BlockRows rows;
+  rows.main = block < w.lists.blocks_main;
+  const int32_t* list = rows.main ? w.lists.main : w.lists.extra;
+  const int64_t n = block < w.end ? (rows.main ? w.lists.n_main : w.lists.n_extra) : 0;
+  const int64_t first = static_cast<int64_t>(rows.main ? block : block - w.lists.blocks_main) *
+                        kBlockKeys;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int64_t k = first + at.group + 16 * r;
+    rows.index[r] = k < n ? __ldg(list + k) : -1;
+  }
+  return rows;
+}
+
+// The rows' scales a half-stage's conversion needs, loaded when it converts (by then they are in
+// L2: v32_fp8's sit in the 32-B sector of the row that the right half's tail copy reads, v4_fp8's
+// scale rows were prefetched when the copies were issued): v32_fp8 the two fp32 scales of its 256
+// dims (tiles of 128), v4_fp8 four ue8m0 bytes (tiles of 64; the right half uses three). Zero for
+// an invalid row, whose raw bytes are zero too.
+struct HalfScales {
+  uint2 row[4];
+};
+
+template <class Traits, int kHalf>
+__device__ __forceinline__ uint2 load_half_scales(const portable_decode::SlotRows& rows) {
+  if constexpr (Traits::kScalesInRow) {
+    static_assert(Traits::kTileSize == 128 && Traits::kScaleOffset % 8 == 0);
+    return __ldg(reinterpret_cast<const uint2*>(rows.data + Traits::kScaleOffset + 8 * kHalf));
+  } else {
+    static_assert(Traits::kTileSize == 64 && Traits::kScaleRowBytes == 8);
+    return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(rows.scales + 4 * kHalf)), 0u);
+  }
+}
+
+// A thread's 16-B raw units of a row of the half (unit u = dims 16 u .. 16 u + 15 of the half's
+// fp8 dims; it becomes chunks 2 (u % 4), +1 of fp8 panel u / 4): at most one in each conversion
+// phase. 4 panels: units c (phase 1) and c + 8 (phase 2); 3 panels: unit c in phase 1 for c < 4,
+// and c + 8 (c < 4) or c (c >= 4) in phase 2.
+template <int kPanels>
+struct HalfUnits {
+  static constexpr int kPhase1Units = 4 * (kPanels / 2);  // panels [0, kPanels / 2)
+  bool has_first;
+  int first, second;
+  __device__ __forceinline__ explicit HalfUnits(int c)
+      : has_first(c < kPhase1Units), first(c), second(c + 8 < 4 * kPanels ? c + 8 : c) {}
+};
+
+// Row r of a block: whether its slot is valid (0 <= index < the cache's slots) and its data and
+// scale rows (slot 0's, in bounds, for an invalid one).
+template <class Traits>
+__device__ __forceinline__ portable_decode::SlotRows block_row(const detail::DecodeParams& p,
+                                                               const BlockRows& rows, int r,
+                                                               bool* valid) {
+  const detail::KvCacheParams& cache = rows.main ? p.cache : p.extra_cache;
+  *valid = rows.index[r] >= 0 && rows.index[r] < cache.num_blocks * cache.page_block_size;
+  return portable_decode::slot_rows<Traits>(cache,
+                                            *valid ? static_cast<uint32_t>(rows.index[r]) : 0u);
+}
+
+// One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
+// check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
+// with its first half, cp.async the raw fp8 units and the bf16 tail and commit them as one group;
+// prefetch v4_fp8's scale rows into L2.
+template <class Traits, int kStage, int kHalf>
+__device__ __forceinline__ void issue_half(const detail::DecodeParams& p,
+                                                 const BlockRows& rows, const ProducerPlace& at,
+                                                 uint32_t ring_pair, bool writes_flags,
+                                                 Smem<Traits::kDqk>& sm) {
+  constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
+  constexpr int kQuantPanels = Traits::kQuantDims / 64;
+  constexpr int kRawPitch = kPanels * 64;
+  if (ring_pair > 0) {
+    ptx::mbarrier_wait_parity(smem_u32(&sm.empty[2 * kStage + kHalf]), (ring_pair - 1) & 1);
+  }
+  const uint32_t tile = smem_u32(sm.kv[kStage]);
+  const uint32_t raw = tile + kHalf * kLeftPanels * kPanelBytes + kPanels * kPanelBytes / 2;
+  const HalfUnits<kPanels> units(at.chunk);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = at.group + 16 * r;
+    bool valid;
+    const portable_decode::SlotRows src = block_row<Traits>(p, rows, r, &valid);
+    if (writes_flags && at.chunk == 0) sm.valid[kStage][row] = valid ? 1 : 0;
+    const uint8_t* fp8 = src.data + 256 * kHalf;
+    const uint32_t raw_row = raw + row * kRawPitch;
+    const uint32_t bytes = valid ? 16u : 0u;
+    if (units.has_first) ptx::cp_async_cg_16(raw_row + 16 * units.first, fp8 + 16 * units.first, bytes);
+    ptx::cp_async_cg_16(raw_row + 16 * units.second, fp8 + 16 * units.second, bytes);
+    if constexpr (kHalf == 1) {
+#pragma unroll
+      for (int panel = kQuantPanels; panel < Traits::kDqk / 64; ++panel) {
+        ptx::cp_async_cg_16(tile + panel * kPanelBytes + row * 128 + at.swizzled_chunk_bytes,
+                            src.data + Traits::kTailOffset + 128 * (panel - kQuantPanels) +
+                                16 * at.chunk,
+                            bytes);
+      }
+    }
+    if constexpr (!Traits::kScalesInRow) {
+      if (writes_flags && at.chunk == 0 && valid) ptx::prefetch_l2(src.scales);
+    }
+  }
+  ptx::cp_async_commit();
+}
+
+// Unit u's scale: v32_fp8 tile (256 half + 16 u) / 128 = 2 half + u / 8; v4_fp8 tile
+// (256 half + 16 u) / 64 = 4 half + u / 4, byte u / 4 of the loaded four.
+template <class Traits>
+__device__ __forceinline__ float unit_scale(const uint2& scales, int u) {
+  if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
+    return __uint_as_float(u < 8 ? scales.x : scales.y);
+  } else {
+    return ue8m0_to_float((scales.x >> (8 * (u >> 2))) & 0xffu);
+  }
+}
+
+// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half.
+template <class Traits>
+__device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, const uint4& raw,
+                                           const uint2& scales) {
+  const float scale = unit_scale<Traits>(scales, u);
+  const int chunk = 2 * (u & 3);
+  uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
+  *reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4)) =
+      dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
+  *reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4)) =
+      dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
+}
+
+// A half-stage's conversion, once its copies landed (cp.async.wait_group kYounger: the groups
+// issued after it may still be in flight); its rows' scales are loaded first. Each thread converts the units it copied (cp.async
+// bytes are visible to the issuing thread once waited for). Phase 1 writes panels [0, P / 2),
+// below the raw bytes; phase 2's panels cover them, so their raw units are read into registers
+// before the producer barrier and written after it. Then the async-proxy fence for wgmma and the
+// arrival on the half's full barrier.
+template <class Traits, int kStage, int kHalf, int kYounger>
+__device__ __forceinline__ void finish_half(const detail::DecodeParams& p, const BlockRows& rows,
+                                            const ProducerPlace& at, Smem<Traits::kDqk>& sm) {
+  constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
+  constexpr int kRawPitch = kPanels * 64;
+  HalfScales scales;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    bool valid;
+    const portable_decode::SlotRows src = block_row<Traits>(p, rows, r, &valid);
+    scales.row[r] = valid ? load_half_scales<Traits, kHalf>(src) : make_uint2(0u, 0u);
+  }
+  ptx::cp_async_wait<kYounger>();
+  uint8_t* half_base = sm.kv[kStage] + kHalf * kLeftPanels * kPanelBytes;
+  const uint8_t* raw = half_base + kPanels * kPanelBytes / 2;
+  const HalfUnits<kPanels> units(at.chunk);
+  uint4 held[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = at.group + 16 * r;
+    const uint8_t* raw_row = raw + row * kRawPitch;
+    held[r] = *reinterpret_cast<const uint4*>(raw_row + 16 * units.second);
+    if (units.has_first) {
+      store_unit<Traits>(half_base, row, units.first,
+                         *reinterpret_cast<const uint4*>(raw_row + 16 * units.first),
+                         scales.row[r]);
+    }
+  }
+  ptx::named_barrier_sync(kProducerBarrier, kProducerThreads);
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    store_unit<Traits>(half_base, at.group + 16 * r, units.second, held[r], scales.row[r]);
+  }
+  ptx::fence_proxy_async_shared();
+  ptx::mbarrier_arrive(smem_u32(&sm.full[2 * kStage + kHalf]));
+}
+
+template <class Traits>
+__device__ __forceinline__ void produce(const DecodeLaunch& launch,
+                                        const planning::DecodePartSchedule& part, int head0, int t,
+                                        Smem<Traits::kDqk>& sm) {
+  constexpr int kDqk = Traits::kDqk;
+  const detail::DecodeParams& p = launch.p;
+  const ProducerPlace at(t);
+  uint32_t ring_pairs = 0;  // pairs of the pieces before this one: the ring's phase
+  uint32_t item_count = 0;
+  for (int32_t query = part.begin_query; query <= part.end_query; ++query, ++item_count) {
+    const Piece w(p, part, query);
+    BlockRows k0 = block_rows(w, at, w.begin);
+    BlockRows k1 = block_rows(w, at, w.begin + 1);
+    if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(p.q + w.b * p.q_stride_b + w.s * p.q_stride_s);
+    copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
+      const int head = head0 + at.group + 16 * r;
+      *valid = head < p.problem.h_q;
+      return q + (*valid ? head : 0) * p.q_stride_h * 2;
+    });
+    ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
+    for (int pair = 0; pair < w.num_pairs; ++pair) {
+      // The halves' copies in the order the consumers free the halves, each converted once the
+      // copies after it are issued, so that the pair's gathers are in flight together and the
+      // pair waits out about one gather latency. K0 left is converted before K1 left is issued:
+      // WG0 frees K1 left (of the previous pair) only once its queued scores of K0 left started.
+      const uint32_t ring_pair = ring_pairs + pair;
+      const bool has_next = pair + 1 < w.num_pairs;
+      issue_half<Traits, 0, 0>(p, k0, at, ring_pair, true, sm);
+      issue_half<Traits, 1, 1>(p, k1, at, ring_pair, true, sm);
+      issue_half<Traits, 0, 1>(p, k0, at, ring_pair, false, sm);
+      finish_half<Traits, 0, 0, 2>(p, k0, at, sm);
+      issue_half<Traits, 1, 0>(p, k1, at, ring_pair, false, sm);
+      finish_half<Traits, 1, 1, 2>(p, k1, at, sm);
+      finish_half<Traits, 0, 1, 1>(p, k0, at, sm);
+      if (has_next) k0 = block_rows(w, at, w.begin + 2 * pair + 2);
+      finish_half<Traits, 1, 0, 0>(p, k1, at, sm);
+      if (has_next) k1 = block_rows(w, at, w.begin + 2 * pair + 3);
+    }
+    ring_pairs += w.num_pairs;
+  }
+  // Every copy (a piece without pairs still copies its Q) has landed before the producer exits.
+  ptx::cp_async_commit();
+  ptx::cp_async_wait<0>();
+}
+
+// ---- consumers and the store ---------------------------------------------------------------
+
+// The piece's output through the split kernel's row stores (portable_decode::PieceTarget): an
+// unsplit query's out with the sink and its lse (natural log), or a split piece's partial row
+// normalised by its sum and its log2 lse. Accumulator slice n holds columns 8 n + 2 (lane % 4),
+// +1 of the warpgroup's 256: the [n][4] view of store_row.
+__device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Piece& w, int32_t slot,
+                                            int head0, const ConsumerPlace& at, RowState& st,
+                                            float (&o)[128], float (&row_sum)[2][kHeadRows]) {
+  publish_row_sums(at, st, row_sum, nullptr);
+  const portable_decode::PieceTarget to{&launch, w.b, w.s, slot, head0};
+  const auto& slices = *reinterpret_cast<const float(*)[32][4]>(&o);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int head = head0 + at.row[h];
+    if (head >= launch.p.problem.h_q) continue;
+    const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
+    const float scale = portable_decode::finish_row(to, head, st.m[h], l_total,
+                                                    at.wg == 0 && (at.lane & 3) == 0);
+    portable_decode::store_row<32>(to, head, 256 * at.wg + 2 * (at.lane & 3), slices, 2 * h,
+                                   scale);
+  }
+}
+
+template <int kDqk>
+__device__ __forceinline__ void consume(const DecodeLaunch& launch,
+                                        const planning::DecodePartSchedule& part, int head0, int t,
+                                        Smem<kDqk>& sm) {
+  const detail::DecodeParams& p = launch.p;
+  const ConsumerPlace at(t);
+  const float scale_log2 = p.softmax_scale * kLog2e;
+  const uint32_t q = smem_u32(sm.q);
+  uint8_t* p1_tile = sm.p[0];
+  uint8_t* p0_tile = kDqk == 576 ? sm.kv[0] + 8 * kPanelBytes : sm.p[kOwnPTiles<kDqk> - 1];
+  uint32_t ring_pairs = 0;  // as the producer's
+  uint32_t item_count = 0;
+  for (int32_t query = part.begin_query; query <= part.end_query; ++query, ++item_count) {
+    const Piece w(p, part, query);
+    float o[128];
+    RowState st;
+    consume_item_pairs<kDqk>(q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs,
+                             item_count, sm, st, o);
+    ring_pairs += w.num_pairs;
+    store_piece(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets), head0,
+                at, st, o, sm.row_sum[item_count & 1]);
+  }
+}
+
+template <class Traits>
+__global__ void __launch_bounds__(kThreads, 1)
+    sm90a_sparse_decode_kernel(const DecodeLaunch launch) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kDqk = Traits::kDqk;
+  extern __shared__ uint8_t smem_raw[];
+  Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kFullArrivals);
+  const int thread = threadIdx.x;
+  const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
+  const int head0 = static_cast<int>(blockIdx.y) * kHeadRows;
+  if (thread >= kConsumerThreads) {
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    produce<Traits>(launch, part, head0, thread - kConsumerThreads, sm);
+  } else {
+    ptx::setmaxnreg_inc<kConsumerRegs>();
+    consume<kDqk>(launch, part, head0, thread, sm);
+  }
+#else
+  __trap();
+#endif
+}
+
+template <KvCacheFormat kFormat, int kDqk>
+int sm90a_decode_smem_bytes() {
+  return static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
+}
+
+template <KvCacheFormat kFormat, int kDqk>
+Status launch_sm90a_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
+  using Traits = KvTraits<kFormat, kDqk>;
+  const int head_groups = static_cast<int>((launch.p.problem.h_q + kHeadRows - 1) / kHeadRows);
+  const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_decode_kernel<Traits>, smem));
+  const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
+  sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);
+  return check_last_launch("sm90a_sparse_decode_kernel");
+}
+
+}  // namespace sparse_mla::cuda::sm90a_decode
