@@ -15,7 +15,8 @@ namespace sparse_mla::cuda::sm90a {
 // barriers (full: `full_arrivals`, the kernel's producer; q_full: the producer's 128 cp.async
 // arrivals; empty and q_empty: the consumers' warps); every thread passes the CTA barrier after.
 template <int kDqk>
-__device__ __forceinline__ Smem<kDqk>& set_up_seesaw_cta(uint8_t* smem_raw, uint32_t full_arrivals) {
+__device__ __forceinline__ Smem<kDqk>& set_up_seesaw_cta(uint8_t* smem_raw,
+                                                         uint32_t full_arrivals) {
   auto& sm =
       *reinterpret_cast<Smem<kDqk>*>(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
   if (threadIdx.x == 0) {

@@ -1,6 +1,7 @@
-// Compile-time configuration of the Hopper sparse decode kernel (docs/kernels/sm90a_sparse_decode.md):
-// the seesaw CTA of the prefill (seesaw/config.cuh, seesaw/consumers.cuh) over decode pieces,
-// with a producer that gathers FP8 token rows and dequantises them to bf16 in the ring.
+// Compile-time configuration of the Hopper sparse decode kernel
+// (docs/kernels/sm90a_sparse_decode.md): the seesaw CTA of the prefill (seesaw/config.cuh,
+// seesaw/consumers.cuh) over decode pieces, with a producer that gathers FP8 token rows and
+// dequantises them to bf16 in the ring.
 //
 // A work item is one piece of the split schedule (planning/decode_schedule.h): one query's blocks
 // [begin, end) of its main list then its extra list, for one group of 64 heads (grid (parts, head

@@ -78,8 +78,8 @@ __device__ __forceinline__ BlockRows block_rows(const Piece& w, const ProducerPl
   rows.main = block < w.lists.blocks_main;
   const int32_t* list = rows.main ? w.lists.main : w.lists.extra;
   const int64_t n = block < w.end ? (rows.main ? w.lists.n_main : w.lists.n_extra) : 0;
-  const int64_t first = static_cast<int64_t>(rows.main ? block : block - w.lists.blocks_main) *
-                        kBlockKeys;
+  const int64_t first =
+      static_cast<int64_t>(rows.main ? block : block - w.lists.blocks_main) * kBlockKeys;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int64_t k = first + at.group + 16 * r;
@@ -138,10 +138,9 @@ __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::Dec
 // with its first half, cp.async the raw fp8 units and the bf16 tail and commit them as one group;
 // prefetch v4_fp8's scale rows into L2.
 template <class Traits, int kStage, int kHalf>
-__device__ __forceinline__ void issue_half(const detail::DecodeParams& p,
-                                                 const BlockRows& rows, const ProducerPlace& at,
-                                                 uint32_t ring_pair, bool writes_flags,
-                                                 Smem<Traits::kDqk>& sm) {
+__device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const BlockRows& rows,
+                                           const ProducerPlace& at, uint32_t ring_pair,
+                                           bool writes_flags, Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kQuantPanels = Traits::kQuantDims / 64;
   constexpr int kRawPitch = kPanels * 64;
@@ -160,15 +159,15 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p,
     const uint8_t* fp8 = src.data + 256 * kHalf;
     const uint32_t raw_row = raw + row * kRawPitch;
     const uint32_t bytes = valid ? 16u : 0u;
-    if (units.has_first) ptx::cp_async_cg_16(raw_row + 16 * units.first, fp8 + 16 * units.first, bytes);
+    if (units.has_first)
+      ptx::cp_async_cg_16(raw_row + 16 * units.first, fp8 + 16 * units.first, bytes);
     ptx::cp_async_cg_16(raw_row + 16 * units.second, fp8 + 16 * units.second, bytes);
     if constexpr (kHalf == 1) {
 #pragma unroll
       for (int panel = kQuantPanels; panel < Traits::kDqk / 64; ++panel) {
-        ptx::cp_async_cg_16(tile + panel * kPanelBytes + row * 128 + at.swizzled_chunk_bytes,
-                            src.data + Traits::kTailOffset + 128 * (panel - kQuantPanels) +
-                                16 * at.chunk,
-                            bytes);
+        ptx::cp_async_cg_16(
+            tile + panel * kPanelBytes + row * 128 + at.swizzled_chunk_bytes,
+            src.data + Traits::kTailOffset + 128 * (panel - kQuantPanels) + 16 * at.chunk, bytes);
       }
     }
     if constexpr (!Traits::kScalesInRow) {
@@ -203,11 +202,11 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
 }
 
 // A half-stage's conversion, once its copies landed (cp.async.wait_group kYounger: the groups
-// issued after it may still be in flight); its rows' scales are loaded first. Each thread converts the units it copied (cp.async
-// bytes are visible to the issuing thread once waited for). Phase 1 writes panels [0, P / 2),
-// below the raw bytes; phase 2's panels cover them, so their raw units are read into registers
-// before the producer barrier and written after it. Then the async-proxy fence for wgmma and the
-// arrival on the half's full barrier.
+// issued after it may still be in flight); its rows' scales are loaded first. Each thread converts
+// the units it copied (cp.async bytes are visible to the issuing thread once waited for). Phase 1
+// writes panels [0, P / 2), below the raw bytes; phase 2's panels cover them, so their raw units
+// are read into registers before the producer barrier and written after it. Then the async-proxy
+// fence for wgmma and the arrival on the half's full barrier.
 template <class Traits, int kStage, int kHalf, int kYounger>
 __device__ __forceinline__ void finish_half(const detail::DecodeParams& p, const BlockRows& rows,
                                             const ProducerPlace& at, Smem<Traits::kDqk>& sm) {
@@ -259,7 +258,8 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
     BlockRows k0 = block_rows(w, at, w.begin);
     BlockRows k1 = block_rows(w, at, w.begin + 1);
     if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
-    const uint8_t* q = reinterpret_cast<const uint8_t*>(p.q + w.b * p.q_stride_b + w.s * p.q_stride_s);
+    const uint8_t* q =
+        reinterpret_cast<const uint8_t*>(p.q + w.b * p.q_stride_b + w.s * p.q_stride_s);
     copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
       const int head = head0 + at.group + 16 * r;
       *valid = head < p.problem.h_q;
@@ -297,9 +297,10 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
 // unsplit query's out with the sink and its lse (natural log), or a split piece's partial row
 // normalised by its sum and its log2 lse. Accumulator slice n holds columns 8 n + 2 (lane % 4),
 // +1 of the warpgroup's 256: the [n][4] view of store_row.
-__device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Piece& w, int32_t slot,
-                                            int head0, const ConsumerPlace& at, RowState& st,
-                                            float (&o)[128], float (&row_sum)[2][kHeadRows]) {
+__device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Piece& w,
+                                            int32_t slot, int head0, const ConsumerPlace& at,
+                                            RowState& st, float (&o)[128],
+                                            float (&row_sum)[2][kHeadRows]) {
   publish_row_sums(at, st, row_sum, nullptr);
   const portable_decode::PieceTarget to{&launch, w.b, w.s, slot, head0};
   const auto& slices = *reinterpret_cast<const float(*)[32][4]>(&o);
@@ -308,10 +309,9 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
     const int head = head0 + at.row[h];
     if (head >= launch.p.problem.h_q) continue;
     const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
-    const float scale = portable_decode::finish_row(to, head, st.m[h], l_total,
-                                                    at.wg == 0 && (at.lane & 3) == 0);
-    portable_decode::store_row<32>(to, head, 256 * at.wg + 2 * (at.lane & 3), slices, 2 * h,
-                                   scale);
+    const float scale =
+        portable_decode::finish_row(to, head, st.m[h], l_total, at.wg == 0 && (at.lane & 3) == 0);
+    portable_decode::store_row<32>(to, head, 256 * at.wg + 2 * (at.lane & 3), slices, 2 * h, scale);
   }
 }
 
