@@ -13,6 +13,7 @@
 #include "cpu/fp8.h"
 #include "cuda/codec/quantize_rules.h"
 #include "cuda/device/e2m1_bf16.h"
+#include "cuda/device/page_divider.h"
 
 namespace sparse_mla {
 namespace {
@@ -114,6 +115,37 @@ TEST(CudaCodecRules, E2m1TimesE4m3ScaleIsExactInBf16) {
       const float p = cpu::kE2m1ToFloat[code] * scale;
       ASSERT_EQ(std::bit_cast<uint32_t>(p) & 0xffffu, 0u) << "code " << code << " scale " << s;
     }
+  }
+}
+
+// The Hopper decode's slot -> page split (one multiply-high and a shift) against the division, for
+// every page size up to 4096 and the largest the validation lets through, at the slots around
+// each page boundary and at the last int32 slots.
+TEST(CudaCodecRules, PageDividerMatchesTheDivision) {
+  std::vector<uint32_t> sizes;
+  for (uint32_t d = 1; d <= 4096; ++d) sizes.push_back(d);
+  for (uint32_t d :
+       {65537u, 1000003u, (1u << 30) - 1, 1u << 30, (1u << 30) + 3, 0x7fffffffu, 0x80000000u}) {
+    sizes.push_back(d);
+  }
+  for (uint32_t d : sizes) {
+    const cuda::PageDivider div(d);
+    auto check = [&](uint64_t slot) {
+      if (slot > 0x7fffffffu) return;
+      const auto n = static_cast<uint32_t>(slot);
+      ASSERT_EQ(div.page(n), n / d) << "slot " << n << " page size " << d;
+    };
+    for (uint64_t page = 0; page < 64; ++page) {
+      for (int64_t delta = -2; delta <= 2; ++delta) {
+        check(page * d + delta);
+      }
+    }
+    for (uint64_t slot = 0x7fffffffu - 2 * uint64_t{d}; slot <= 0x7fffffffu; slot += d) {
+      check(slot);
+      check(slot + 1);
+    }
+    check(0x7fffffffu);
+    check(0x7ffffffeu);
   }
 }
 

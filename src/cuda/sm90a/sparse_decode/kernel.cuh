@@ -24,6 +24,7 @@
 #include "cuda/device/fp8_dequant.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/online_softmax.cuh"
+#include "cuda/device/page_divider.h"
 #include "cuda/device/ptx/barrier.cuh"
 #include "cuda/device/ptx/cluster.cuh"  // mbarrier init and wait
 #include "cuda/device/ptx/cp_async.cuh"
@@ -72,20 +73,71 @@ struct BlockRows {
   bool main;  // the block is in the main list (else the extra list)
 };
 
+// Entry `row` of block `block` of the piece's lists (main blocks first), -1 past the block's list
+// or for a block past the piece.
+__device__ __forceinline__ int32_t list_entry(const Piece& w, int block, int row) {
+  const bool main = block < w.lists.blocks_main;
+  const int32_t* list = main ? w.lists.main : w.lists.extra;
+  const int64_t n = block < w.end ? (main ? w.lists.n_main : w.lists.n_extra) : 0;
+  const int64_t k =
+      static_cast<int64_t>(main ? block : block - w.lists.blocks_main) * kBlockKeys + row;
+  return k < n ? __ldg(list + k) : -1;
+}
+
 __device__ __forceinline__ BlockRows block_rows(const Piece& w, const ProducerPlace& at,
                                                 int block) {
   BlockRows rows;
   rows.main = block < w.lists.blocks_main;
-  const int32_t* list = rows.main ? w.lists.main : w.lists.extra;
-  const int64_t n = block < w.end ? (rows.main ? w.lists.n_main : w.lists.n_extra) : 0;
-  const int64_t first =
-      static_cast<int64_t>(rows.main ? block : block - w.lists.blocks_main) * kBlockKeys;
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int64_t k = first + at.group + 16 * r;
-    rows.index[r] = k < n ? __ldg(list + k) : -1;
+  for (int r = 0; r < 4; ++r) rows.index[r] = list_entry(w, block, at.group + 16 * r);
+  return rows;
+}
+
+// The page split of both caches' slots (PageDivider: a multiply-high, not a division).
+struct CacheDividers {
+  PageDivider main, extra;
+  __device__ __forceinline__ explicit CacheDividers(const detail::DecodeParams& p)
+      : main(static_cast<uint32_t>(p.cache.page_block_size)),
+        extra(p.has_extra ? static_cast<uint32_t>(p.extra_cache.page_block_size) : 1u) {}
+};
+
+// Slot `index` of `cache`: whether it is valid (0 <= index < the cache's slots) and its data and
+// scale rows (slot 0's, in bounds, for an invalid one).
+template <class Traits>
+__device__ __forceinline__ portable_decode::SlotRows locate_slot(const detail::KvCacheParams& cache,
+                                                                 const PageDivider& div,
+                                                                 int32_t index, bool* valid) {
+  *valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
+  const uint32_t slot = *valid ? static_cast<uint32_t>(index) : 0u;
+  const uint32_t page = div.page(slot);
+  const uint32_t t = slot - page * div.page_size;
+  const uint8_t* block_base = cache.data + static_cast<int64_t>(page) * cache.block_stride_bytes;
+  portable_decode::SlotRows rows;
+  rows.data = block_base + static_cast<int64_t>(t) * Traits::kDataRowBytes;
+  rows.scales = nullptr;
+  if constexpr (!Traits::kScalesInRow) {
+    rows.scales = block_base + static_cast<int64_t>(div.page_size) * Traits::kDataRowBytes +
+                  static_cast<int64_t>(t) * Traits::kScaleRowBytes;
   }
   return rows;
+}
+
+// The L2 prefetch that runs a pair ahead of the copies: producer thread t owns row t % 64 of block
+// t / 64 of a pair. Its list entry is loaded one pair before the prefetch is issued, so neither
+// waits; the prefetch brings the slot's whole data row (and v4_fp8's scale row) into L2, where the
+// half-stages' cp.asyncs and scale loads of the next pair find them.
+template <class Traits>
+__device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
+                                              const CacheDividers& div, const Piece& w, int block,
+                                              int32_t index) {
+  if (block >= w.end) return;
+  const bool main = block < w.lists.blocks_main;
+  bool valid;
+  const portable_decode::SlotRows src = locate_slot<Traits>(
+      main ? p.cache : p.extra_cache, main ? div.main : div.extra, index, &valid);
+  if (!valid) return;
+  ptx::prefetch_l2_bulk(src.data, Traits::kDataRowBytes);
+  if constexpr (!Traits::kScalesInRow) ptx::prefetch_l2(src.scales);
 }
 
 // The rows' scales a half-stage's conversion needs, loaded when it converts (by then they are in
@@ -125,22 +177,21 @@ struct HalfUnits {
 // scale rows (slot 0's, in bounds, for an invalid one).
 template <class Traits>
 __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::DecodeParams& p,
+                                                               const CacheDividers& div,
                                                                const BlockRows& rows, int r,
                                                                bool* valid) {
-  const detail::KvCacheParams& cache = rows.main ? p.cache : p.extra_cache;
-  *valid = rows.index[r] >= 0 && rows.index[r] < cache.num_blocks * cache.page_block_size;
-  return portable_decode::slot_rows<Traits>(cache,
-                                            *valid ? static_cast<uint32_t>(rows.index[r]) : 0u);
+  return locate_slot<Traits>(rows.main ? p.cache : p.extra_cache, rows.main ? div.main : div.extra,
+                             rows.index[r], valid);
 }
 
 // One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
 // check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
-// with its first half, cp.async the raw fp8 units and the bf16 tail and commit them as one group;
-// prefetch v4_fp8's scale rows into L2.
+// with its first half, cp.async the raw fp8 units and the bf16 tail and commit them as one group.
 template <class Traits, int kStage, int kHalf>
-__device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const BlockRows& rows,
-                                           const ProducerPlace& at, uint32_t ring_pair,
-                                           bool writes_flags, Smem<Traits::kDqk>& sm) {
+__device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const CacheDividers& div,
+                                           const BlockRows& rows, const ProducerPlace& at,
+                                           uint32_t ring_pair, bool writes_flags,
+                                           Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kQuantPanels = Traits::kQuantDims / 64;
   constexpr int kRawPitch = kPanels * 64;
@@ -154,7 +205,7 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
   for (int r = 0; r < 4; ++r) {
     const int row = at.group + 16 * r;
     bool valid;
-    const portable_decode::SlotRows src = block_row<Traits>(p, rows, r, &valid);
+    const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
     if (writes_flags && at.chunk == 0) sm.valid[kStage][row] = valid ? 1 : 0;
     const uint8_t* fp8 = src.data + 256 * kHalf;
     const uint32_t raw_row = raw + row * kRawPitch;
@@ -169,9 +220,6 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
             tile + panel * kPanelBytes + row * 128 + at.swizzled_chunk_bytes,
             src.data + Traits::kTailOffset + 128 * (panel - kQuantPanels) + 16 * at.chunk, bytes);
       }
-    }
-    if constexpr (!Traits::kScalesInRow) {
-      if (writes_flags && at.chunk == 0 && valid) ptx::prefetch_l2(src.scales);
     }
   }
   ptx::cp_async_commit();
@@ -208,15 +256,16 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
 // are read into registers before the producer barrier and written after it. Then the async-proxy
 // fence for wgmma and the arrival on the half's full barrier.
 template <class Traits, int kStage, int kHalf, int kYounger>
-__device__ __forceinline__ void finish_half(const detail::DecodeParams& p, const BlockRows& rows,
-                                            const ProducerPlace& at, Smem<Traits::kDqk>& sm) {
+__device__ __forceinline__ void finish_half(const detail::DecodeParams& p, const CacheDividers& div,
+                                            const BlockRows& rows, const ProducerPlace& at,
+                                            Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kRawPitch = kPanels * 64;
   HalfScales scales;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     bool valid;
-    const portable_decode::SlotRows src = block_row<Traits>(p, rows, r, &valid);
+    const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
     scales.row[r] = valid ? load_half_scales<Traits, kHalf>(src) : make_uint2(0u, 0u);
   }
   ptx::cp_async_wait<kYounger>();
@@ -251,12 +300,15 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
   constexpr int kDqk = Traits::kDqk;
   const detail::DecodeParams& p = launch.p;
   const ProducerPlace at(t);
+  const CacheDividers div(p);
+  const int ahead_block = t / kBlockKeys, ahead_row = t % kBlockKeys;  // prefetch_slot's row
   uint32_t ring_pairs = 0;  // pairs of the pieces before this one: the ring's phase
   uint32_t item_count = 0;
   for (int32_t query = part.begin_query; query <= part.end_query; ++query, ++item_count) {
     const Piece w(p, part, query);
     BlockRows k0 = block_rows(w, at, w.begin);
     BlockRows k1 = block_rows(w, at, w.begin + 1);
+    int32_t ahead = list_entry(w, w.begin + 2 + ahead_block, ahead_row);  // pair 1's
     if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
     const uint8_t* q =
         reinterpret_cast<const uint8_t*>(p.q + w.b * p.q_stride_b + w.s * p.q_stride_s);
@@ -273,16 +325,19 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
       // WG0 frees K1 left (of the previous pair) only once its queued scores of K0 left started.
       const uint32_t ring_pair = ring_pairs + pair;
       const bool has_next = pair + 1 < w.num_pairs;
-      issue_half<Traits, 0, 0>(p, k0, at, ring_pair, true, sm);
-      issue_half<Traits, 1, 1>(p, k1, at, ring_pair, true, sm);
-      issue_half<Traits, 0, 1>(p, k0, at, ring_pair, false, sm);
-      finish_half<Traits, 0, 0, 2>(p, k0, at, sm);
-      issue_half<Traits, 1, 0>(p, k1, at, ring_pair, false, sm);
-      finish_half<Traits, 1, 1, 2>(p, k1, at, sm);
-      finish_half<Traits, 0, 1, 1>(p, k0, at, sm);
-      if (has_next) k0 = block_rows(w, at, w.begin + 2 * pair + 2);
-      finish_half<Traits, 1, 0, 0>(p, k1, at, sm);
-      if (has_next) k1 = block_rows(w, at, w.begin + 2 * pair + 3);
+      const int next_block = w.begin + 2 * pair + 2;
+      if (has_next) prefetch_slot<Traits>(p, div, w, next_block + ahead_block, ahead);
+      ahead = list_entry(w, next_block + 2 + ahead_block, ahead_row);
+      issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
+      issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
+      issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
+      finish_half<Traits, 0, 0, 2>(p, div, k0, at, sm);
+      issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
+      finish_half<Traits, 1, 1, 2>(p, div, k1, at, sm);
+      finish_half<Traits, 0, 1, 1>(p, div, k0, at, sm);
+      if (has_next) k0 = block_rows(w, at, next_block);
+      finish_half<Traits, 1, 0, 0>(p, div, k1, at, sm);
+      if (has_next) k1 = block_rows(w, at, next_block + 1);
     }
     ring_pairs += w.num_pairs;
   }
