@@ -13,7 +13,6 @@
 #include "cpu/fp8.h"
 #include "cuda/codec/quantize_rules.h"
 #include "cuda/device/e2m1_bf16.h"
-#include "cuda/device/e4m3_bf16.h"
 #include "cuda/device/page_divider.h"
 
 namespace sparse_mla {
@@ -147,47 +146,6 @@ TEST(CudaCodecRules, PageDividerMatchesTheDivision) {
     }
     check(0x7fffffffu);
     check(0x7ffffffeu);
-  }
-}
-
-// The Hopper decode's e4m3 -> bf16 bit placement and ue8m0 factors (cuda/device/e4m3_bf16.h):
-// every code pair of every word position reads as its values times 2^-120; and, with the bf16
-// multiply modelled as the fp32 product rounded to bf16 (exact for these operands: a 4-bit
-// significand times a power of two, inside fp32's range), every code times every ue8m0 scale gives
-// the conversion path's bits (fp32 product of value and scale, rounded once to bf16). The NaN test
-// flags exactly the words holding a NaN code.
-TEST(CudaCodecRules, E4m3BitPlacementAndUe8m0FactorsMatchTheConversion) {
-  auto bf16_value = [](uint32_t bits) { return std::bit_cast<float>(bits << 16); };
-  auto is_nan_code = [](uint32_t code) { return (code & 0x7fu) == 0x7fu; };
-  for (uint32_t pair = 0; pair < (1u << 16); ++pair) {
-    const uint32_t c0 = pair & 0xffu, c1 = pair >> 8;
-    const uint32_t words[2] = {pair, pair << 16};  // the pair as codes (0, 1) and as (2, 3)
-    const uint32_t placed[2] = {cuda::e4m3x2_bf16x2_times_2_pow_minus_120<0>(words[0]),
-                                cuda::e4m3x2_bf16x2_times_2_pow_minus_120<1>(words[1])};
-    for (int k = 0; k < 2; ++k) {
-      ASSERT_EQ(cuda::e4m3x4_nan_bytes(words[k]) != 0, is_nan_code(c0) || is_nan_code(c1)) << pair;
-      if (is_nan_code(c0) || is_nan_code(c1)) continue;
-      for (int h = 0; h < 2; ++h) {
-        const float got = bf16_value((placed[k] >> (16 * h)) & 0xffffu) * 0x1p120f;
-        ASSERT_TRUE(same_float(got, cpu::kE4m3ToFloat[h == 0 ? c0 : c1])) << pair << " " << k;
-      }
-    }
-  }
-  for (uint32_t e = 0; e < 256; ++e) {
-    const cuda::Ue8m0Bf16Factors f = cuda::ue8m0_bf16_factors(e);
-    const float scale = cpu::ue8m0_to_float_inline(static_cast<uint8_t>(e));
-    for (uint32_t code = 0; code < 256; ++code) {
-      if (is_nan_code(code)) continue;
-      const uint32_t placed = cuda::e4m3x2_bf16x2_times_2_pow_minus_120<0>(code) & 0xffffu;
-      uint32_t got = cpu::float_to_bf16_inline(bf16_value(placed) * bf16_value(f.first & 0xffffu));
-      if (f.second != 0u) {
-        got = cpu::float_to_bf16_inline(bf16_value(got) * bf16_value(f.second & 0xffffu));
-      }
-      const uint32_t want = cpu::float_to_bf16_inline(cpu::kE4m3ToFloat[code] * scale);
-      ASSERT_TRUE(same_float(bf16_value(got), bf16_value(want)))
-          << "code " << code << " scale byte " << e << ": 0x" << std::hex << got << " want 0x"
-          << want;
-    }
   }
 }
 

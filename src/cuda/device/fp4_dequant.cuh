@@ -32,11 +32,22 @@ __device__ __forceinline__ float e4m3_scale_to_float(uint32_t byte) {
   return __half2float(__half(h));
 }
 
+// a * b + (-0) on bf16 pairs, rounded to nearest even (sm_80's bf16 multiply; exact here).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+  return d;
+}
+
 // Eight e2m1 codes times `scale2` (the tile's scale as a bf16 pair, both halves equal).
 __device__ __forceinline__ uint4 dequant_e2m1x8(uint32_t codes, uint32_t scale2) {
   const E2m1Bf16x8 v = e2m1x8_to_bf16(codes);
-  return uint4{ptx::bf16x2_mul(v.x, scale2), ptx::bf16x2_mul(v.y, scale2),
-               ptx::bf16x2_mul(v.z, scale2), ptx::bf16x2_mul(v.w, scale2)};
+  return uint4{bf16x2_mul(v.x, scale2), bf16x2_mul(v.y, scale2), bf16x2_mul(v.z, scale2),
+               bf16x2_mul(v.w, scale2)};
 }
 
 // An e4m3 scale byte as a bf16 pair (exact: 4 significant bits).

@@ -10,7 +10,6 @@
 #include <cstdint>
 
 #include "core/ue8m0.h"
-#include "cuda/device/e4m3_bf16.h"
 #include "cuda/device/ptx/mma.cuh"
 
 namespace sparse_mla::cuda {
@@ -36,36 +35,6 @@ __device__ __forceinline__ uint4 dequant_e4m3x8(uint2 raw, float scale) {
   out.z = dequant_e4m3x2(raw.y & 0xffffu, scale);
   out.w = dequant_e4m3x2(raw.y >> 16, scale);
   return out;
-}
-
-// Sixteen e4m3 values of one ue8m0 tile (a 16-B unit) times 2^(E - 127) -> sixteen bf16 (lo: the
-// first eight), the same bits as dequant_e4m3x8 with ue8m0_to_float(E): the codes are placed
-// (e4m3_bf16.h: three integer operations per two values) and scaled by one bf16 multiply per two
-// values (two for E > 134), where the conversion path takes two conversions, two fp32 multiplies
-// and a pack. A unit holding a NaN code takes the conversion path.
-__device__ __forceinline__ void dequant_e4m3x16_ue8m0(const uint4& raw, uint32_t e, uint4& lo,
-                                                      uint4& hi) {
-  if ((e4m3x4_nan_bytes(raw.x) | e4m3x4_nan_bytes(raw.y) | e4m3x4_nan_bytes(raw.z) |
-       e4m3x4_nan_bytes(raw.w)) != 0u) {
-    const float scale = ue8m0_to_float(e);
-    lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
-    hi = dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
-    return;
-  }
-  const Ue8m0Bf16Factors f = ue8m0_bf16_factors(e);
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-  uint32_t out[8];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[2 * i] = ptx::bf16x2_mul(e4m3x2_bf16x2_times_2_pow_minus_120<0>(words[i]), f.first);
-    out[2 * i + 1] = ptx::bf16x2_mul(e4m3x2_bf16x2_times_2_pow_minus_120<1>(words[i]), f.first);
-  }
-  if (f.second != 0u) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) out[i] = ptx::bf16x2_mul(out[i], f.second);
-  }
-  lo = make_uint4(out[0], out[1], out[2], out[3]);
-  hi = make_uint4(out[4], out[5], out[6], out[7]);
 }
 
 }  // namespace sparse_mla::cuda

@@ -34,15 +34,4 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return r;
 }
 
-// a * b + (-0) on bf16 pairs, rounded to nearest even (sm_80's bf16 multiply).
-__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
-  uint32_t d = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
-#elif defined(__CUDA_ARCH__)
-  __trap();
-#endif
-  return d;
-}
-
 }  // namespace sparse_mla::cuda::ptx

@@ -225,36 +225,28 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
   ptx::cp_async_commit();
 }
 
-// Unit u's scale: v32_fp8 tile (256 half + 16 u) / 128 = 2 half + u / 8 (fp32); v4_fp8 tile
-// (256 half + 16 u) / 64 = 4 half + u / 4, byte u / 4 of the loaded four (ue8m0).
+// Unit u's scale: v32_fp8 tile (256 half + 16 u) / 128 = 2 half + u / 8; v4_fp8 tile
+// (256 half + 16 u) / 64 = 4 half + u / 4, byte u / 4 of the loaded four.
 template <class Traits>
 __device__ __forceinline__ float unit_scale(const uint2& scales, int u) {
-  static_assert(Traits::kScaleEncoding == ScaleEncoding::kFloat32);
-  return __uint_as_float(u < 8 ? scales.x : scales.y);
+  if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
+    return __uint_as_float(u < 8 ? scales.x : scales.y);
+  } else {
+    return ue8m0_to_float((scales.x >> (8 * (u >> 2))) & 0xffu);
+  }
 }
 
-__device__ __forceinline__ uint32_t unit_scale_byte(const uint2& scales, int u) {
-  return (scales.x >> (8 * (u >> 2))) & 0xffu;
-}
-
-// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half: v32_fp8
-// through the conversion path (fp32 scale, fp32 product), v4_fp8 by bit placement and bf16
-// multiplies (dequant_e4m3x16_ue8m0: the same bits).
+// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half.
 template <class Traits>
 __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, const uint4& raw,
                                            const uint2& scales) {
-  uint4 lo, hi;
-  if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
-    const float scale = unit_scale<Traits>(scales, u);
-    lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
-    hi = dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
-  } else {
-    dequant_e4m3x16_ue8m0(raw, unit_scale_byte(scales, u), lo, hi);
-  }
+  const float scale = unit_scale<Traits>(scales, u);
   const int chunk = 2 * (u & 3);
   uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
-  *reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4)) = lo;
-  *reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4)) = hi;
+  *reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4)) =
+      dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
+  *reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4)) =
+      dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
 }
 
 // A half-stage's conversion, once its copies landed (cp.async.wait_group kYounger: the groups
