@@ -188,10 +188,10 @@ __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::Dec
 // check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
 // with its first half, cp.async the raw fp8 units and the bf16 tail and commit them as one group.
 template <class Traits, int kStage, int kHalf>
-__device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const CacheDividers& div,
-                                           const BlockRows& rows, const ProducerPlace& at,
-                                           uint32_t ring_pair, bool writes_flags,
-                                           Smem<Traits::kDqk>& sm) {
+__device__ __forceinline__ HalfScales issue_half(const detail::DecodeParams& p,
+                                                 const CacheDividers& div, const BlockRows& rows,
+                                                 const ProducerPlace& at, uint32_t ring_pair,
+                                                 bool writes_flags, Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kQuantPanels = Traits::kQuantDims / 64;
   constexpr int kRawPitch = kPanels * 64;
@@ -201,11 +201,13 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
   const uint32_t tile = smem_u32(sm.kv[kStage]);
   const uint32_t raw = tile + kHalf * kLeftPanels * kPanelBytes + kPanels * kPanelBytes / 2;
   const HalfUnits<kPanels> units(at.chunk);
+  HalfScales scales;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int row = at.group + 16 * r;
     bool valid;
     const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
+    scales.row[r] = valid ? load_half_scales<Traits, kHalf>(src) : make_uint2(0u, 0u);
     if (writes_flags && at.chunk == 0) sm.valid[kStage][row] = valid ? 1 : 0;
     const uint8_t* fp8 = src.data + 256 * kHalf;
     const uint32_t raw_row = raw + row * kRawPitch;
@@ -223,6 +225,7 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
     }
   }
   ptx::cp_async_commit();
+  return scales;
 }
 
 // Unit u's scale: v32_fp8 tile (256 half + 16 u) / 128 = 2 half + u / 8; v4_fp8 tile
@@ -256,18 +259,10 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
 // are read into registers before the producer barrier and written after it. Then the async-proxy
 // fence for wgmma and the arrival on the half's full barrier.
 template <class Traits, int kStage, int kHalf, int kYounger>
-__device__ __forceinline__ void finish_half(const detail::DecodeParams& p, const CacheDividers& div,
-                                            const BlockRows& rows, const ProducerPlace& at,
+__device__ __forceinline__ void finish_half(const HalfScales& scales, const ProducerPlace& at,
                                             Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kRawPitch = kPanels * 64;
-  HalfScales scales;
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    bool valid;
-    const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
-    scales.row[r] = valid ? load_half_scales<Traits, kHalf>(src) : make_uint2(0u, 0u);
-  }
   ptx::cp_async_wait<kYounger>();
   uint8_t* half_base = sm.kv[kStage] + kHalf * kLeftPanels * kPanelBytes;
   const uint8_t* raw = half_base + kPanels * kPanelBytes / 2;
@@ -328,15 +323,15 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
       const int next_block = w.begin + 2 * pair + 2;
       if (has_next) prefetch_slot<Traits>(p, div, w, next_block + ahead_block, ahead);
       ahead = list_entry(w, next_block + 2 + ahead_block, ahead_row);
-      issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
-      issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
-      issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
-      finish_half<Traits, 0, 0, 2>(p, div, k0, at, sm);
-      issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
-      finish_half<Traits, 1, 1, 2>(p, div, k1, at, sm);
-      finish_half<Traits, 0, 1, 1>(p, div, k0, at, sm);
+      const HalfScales k0_left = issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
+      const HalfScales k1_right = issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
+      finish_half<Traits, 0, 0, 1>(k0_left, at, sm);
+      const HalfScales k0_right = issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
+      finish_half<Traits, 1, 1, 1>(k1_right, at, sm);
+      const HalfScales k1_left = issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
+      finish_half<Traits, 0, 1, 1>(k0_right, at, sm);
       if (has_next) k0 = block_rows(w, at, next_block);
-      finish_half<Traits, 1, 0, 0>(p, div, k1, at, sm);
+      finish_half<Traits, 1, 0, 0>(k1_left, at, sm);
       if (has_next) k1 = block_rows(w, at, next_block + 1);
     }
     ring_pairs += w.num_pairs;
