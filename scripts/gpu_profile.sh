@@ -9,8 +9,11 @@
 # occupancy), SMLA_NCU_KERNELS (kernel-name regex, default the decode/prefill/planner/combine
 # kernels), SMLA_NCU_SOURCE=1 (also sample warp stalls per SASS instruction of the first matching
 # kernel, print the hot spots and the per-phase samples with scripts/ncu_hotspots.py, and keep
-# the per-instruction table as OUT_DIR/profile_N_sass.csv.gz). Needs nlohmann_json: carry
-# .gpu-deps (see gpu_check.sh --prepare-deps).
+# the per-instruction table as OUT_DIR/profile_N_sass.csv.gz), SMLA_NCU_FULL0 (with
+# SMLA_NCU_SOURCE=1, for a Hopper seesaw kernel: the shared-memory offset of its full[0] barrier,
+# 0x34680 at d_qk 512 and 0x38680 at 576; scripts/ncu_waits.py then writes OUT_DIR/waits_N.txt,
+# the samples of each mbarrier wait site and the producer's stall reasons). Needs nlohmann_json:
+# carry .gpu-deps (see gpu_check.sh --prepare-deps).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT_DIR=${1:?usage: gpu_profile.sh OUT_DIR CASE...}
@@ -49,5 +52,10 @@ for case_flags in "$@"; do
     # The per-instruction table itself, for later reading without a GPU.
     gzip -c "$BUILD/profile_${n}_sass.csv" >"$OUT_DIR/profile_${n}_sass.csv.gz" 2>/dev/null
     cat "$OUT_DIR/hotspots_$n.txt"
+    if [[ -n ${SMLA_NCU_FULL0:-} ]]; then
+      python3 "$ROOT/scripts/ncu_waits.py" "$OUT_DIR/profile_${n}_sass.csv.gz" "$SMLA_NCU_FULL0" \
+        >"$OUT_DIR/waits_$n.txt" 2>&1
+      cat "$OUT_DIR/waits_$n.txt"
+    fi
   fi
 done

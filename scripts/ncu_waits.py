@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
 """Where the Hopper decode's warps wait, from an ncu source-page CSV (ncu --import R --page source
---csv --print-source sass, gzipped): warp-stall samples of the consumer code, the producer code
-(from USETMAXREG.DEALLOC to the last EXIT) with its stall reasons, and each mbarrier wait site (its try-wait branch plus
-the retry loop placed after the last EXIT), the barrier named from its shared-memory offset
-(Smem<kDqk>: full[4], empty[4], q_full, q_empty follow the 128 B of validity flags)."""
+--csv --print-source sass, gzipped): the warp-stall samples of the consumer code and of the
+producer code (from USETMAXREG.DEALLOC to the last EXIT) with the producer's stall reasons, and
+of each mbarrier wait site (its try-wait branch plus the retry loop placed after the last EXIT),
+the barrier named from its shared-memory offset (Smem<kDqk>: full[4], empty[4], q_full and
+q_empty follow the 128 B of validity flags).
+
+    ncu_waits.py SASS_CSV[.gz] FULL0_OFFSET     (gpu_profile.sh runs it with SMLA_NCU_FULL0)
+"""
 import collections, csv, gzip, re, sys
 
 NAMES = ["full[0] K0 left", "full[1] K0 right", "full[2] K1 left", "full[3] K1 right",
@@ -13,7 +17,8 @@ NAMES = ["full[0] K0 left", "full[1] K0 right", "full[2] K1 left", "full[3] K1 r
 def main(path, full0):
     rows = list(csv.reader(gzip.open(path, "rt")))
     hdr, data = rows[1], rows[2:]
-    ia, isrc, iss = hdr.index("Address"), hdr.index("Source"), hdr.index("Warp Stall Sampling (All Samples)")
+    ia, isrc = hdr.index("Address"), hdr.index("Source")
+    iss = hdr.index("Warp Stall Sampling (All Samples)")
     base = int(data[0][ia], 16)
     recs = [(int(r[ia], 16) - base, r[isrc].strip(), int(r[iss] or 0)) for r in data]
     idx = {a: i for i, (a, _, _) in enumerate(recs)}
@@ -23,7 +28,8 @@ def main(path, full0):
     region = collections.Counter()
     for a, s, n in recs:
         region["retry loops" if a > last_exit else "producer" if a >= prod else "consumer"] += n
-    print(f"{path}: {total} samples; " + ", ".join(f"{k} {v} ({v / total:.0%})" for k, v in region.items()))
+    print(f"{path}: {total} samples; " +
+          ", ".join(f"{k} {v} ({v / total:.0%})" for k, v in region.items()))
     sites = collections.Counter()
     for i, (a, s, n) in enumerate(recs):
         m = re.search(r"SYNCS\.PHASECHK\.TRANS64\.TRYWAIT (P\d), \[(UR\d+)\]", s)
