@@ -6,9 +6,10 @@
 //              64-slot blocks (K0, K1; main list first, then extra) four half-stages in the order
 //              the consumers free them: wait until free, cp.async the raw e4m3 bytes of the half
 //              into the upper part of its own panels and the bf16 tail into its panel (invalid
-//              slots zero-filled from slot 0, never read), load the rows' scales, then convert in
-//              place (e4m3 x fp32 scale in fp32, one rounding to bf16: cuda/device/fp8_dequant.cuh)
-//              and arrive on the half's full barrier;
+//              slots zero-filled from slot 0, never read) and load the rows' scales, then convert
+//              in place (e4m3 x fp32 scale in fp32, one rounding to bf16:
+//              cuda/device/fp8_dequant.cuh) and arrive on the half's full barrier; the next pair's
+//              rows are L2-prefetched a pair ahead;
 //   consumers  the seesaw, as in the prefill;
 //   store      an unsplit query's bf16 out (sink applied) and natural-log lse, or a split piece's
 //              fp32 partial (normalised by its own sum) and log2 partial lse for the combine
@@ -140,11 +141,10 @@ __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
   if constexpr (!Traits::kScalesInRow) ptx::prefetch_l2(src.scales);
 }
 
-// The rows' scales a half-stage's conversion needs, loaded when it converts (by then they are in
-// L2: v32_fp8's sit in the 32-B sector of the row that the right half's tail copy reads, v4_fp8's
-// scale rows were prefetched when the copies were issued): v32_fp8 the two fp32 scales of its 256
-// dims (tiles of 128), v4_fp8 four ue8m0 bytes (tiles of 64; the right half uses three). Zero for
-// an invalid row, whose raw bytes are zero too.
+// The rows' scales a half-stage's conversion needs, loaded with its copies (issue_half) and
+// carried to its conversion (finish_half), so that no load is waited for there: v32_fp8 the two
+// fp32 scales of its 256 dims (tiles of 128), v4_fp8 four ue8m0 bytes (tiles of 64; the right half
+// uses three). Zero for an invalid row, whose raw bytes are zero too.
 struct HalfScales {
   uint2 row[4];
 };
@@ -253,7 +253,7 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
 }
 
 // A half-stage's conversion, once its copies landed (cp.async.wait_group kYounger: the groups
-// issued after it may still be in flight); its rows' scales are loaded first. Each thread converts
+// issued after it may still be in flight), with the scales issue_half loaded. Each thread converts
 // the units it copied (cp.async bytes are visible to the issuing thread once waited for). Phase 1
 // writes panels [0, P / 2), below the raw bytes; phase 2's panels cover them, so their raw units
 // are read into registers before the producer barrier and written after it. Then the async-proxy
@@ -314,10 +314,10 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
     for (int pair = 0; pair < w.num_pairs; ++pair) {
-      // The halves' copies in the order the consumers free the halves, each converted once the
-      // copies after it are issued, so that the pair's gathers are in flight together and the
-      // pair waits out about one gather latency. K0 left is converted before K1 left is issued:
-      // WG0 frees K1 left (of the previous pair) only once its queued scores of K0 left started.
+      // The halves' copies in the order the consumers free the halves, each half converted once
+      // the next half's copies are issued (two halves in flight), the next pair's rows
+      // L2-prefetched first. K0 left is converted before K1 left is issued: WG0 frees K1 left (of
+      // the previous pair) only once its queued scores of K0 left started.
       const uint32_t ring_pair = ring_pairs + pair;
       const bool has_next = pair + 1 < w.num_pairs;
       const int next_block = w.begin + 2 * pair + 2;
