@@ -333,15 +333,14 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
   return {};
 }
 
-Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, void* workspace,
-                           size_t workspace_bytes, DecodeSchedule schedule,
-                           const RunOptions& options) {
-  cuda::DeviceGuard guard;
-  SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
-  const BuiltDecodeTiles tiles(params.problem.device.index);
-  DeviceLimits limits;
-  size_t tile = 0;
-  SMLA_RETURN_IF_ERROR(decode_tile_for(params.problem, "sparse_decode", tiles, &limits, &tile));
+// The split decode once its kernel and launch shape are chosen (both decode kernels): the plan's
+// workspace checked, the planner over `block_keys`-key blocks (schedule kBuild), the kernel's
+// launch filled from the workspace and run by `launch_kernel(launch, stream)`, then the combine.
+template <class LaunchKernel>
+Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void* workspace,
+                        size_t workspace_bytes, DecodeSchedule schedule, cudaStream_t stream,
+                        const cuda::DecodeLaunchShape& shape, int block_keys,
+                        LaunchKernel&& launch_kernel) {
   const int num_parts = plan.num_sm_parts;
   const int64_t num_queries = params.problem.b * params.problem.s_q;
   const planning::DecodeWorkspaceLayout layout =
@@ -352,12 +351,6 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
                             " bytes) does not fit the plan's " + std::to_string(num_parts) +
                             " parts (" + std::to_string(layout.total_bytes) + " bytes)");
   }
-  auto stream = static_cast<cudaStream_t>(options.stream);
-  // The plan's kernel: plan and run ask choose_decode_launch with the same problem.
-  cuda::DecodeLaunchShape shape;
-  SMLA_RETURN_IF_ERROR(
-      cuda::choose_decode_launch(params.problem, limits, tiles, decode_knobs(), tile, &shape));
-  const DecodeEntry& entry = tiles.entry(shape.tile);
   // Planner and split kernel stay ordinary launches: the combine (a programmatic dependent of
   // the split kernel) reads the planner's split_offsets before its grid-dependency wait, which
   // is safe only while the planner has completed before the split kernel starts.
@@ -366,8 +359,8 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
     // A plan whose count the shape does not give (the part-count knob changed in between) runs
     // the plain cost line.
     const int64_t min_units = shape.num_parts == num_parts ? shape.min_units : 0;
-    SMLA_RETURN_IF_ERROR(cuda::launch_decode_planner(params, num_parts, min_units,
-                                                     entry.tile.block_keys, workspace, stream));
+    SMLA_RETURN_IF_ERROR(
+        cuda::launch_decode_planner(params, num_parts, min_units, block_keys, workspace, stream));
   }
   const planning::DecodeWorkspace ws = planning::carve_decode_workspace(workspace, layout);
   cuda::portable_decode::DecodeLaunch launch;
@@ -378,8 +371,27 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
   launch.partial_lse = ws.partial_lse;
   launch.partial_out = ws.partial_out;
   launch.pair_head_groups = shape.clusters > 0;
-  SMLA_RETURN_IF_ERROR(entry.launch(launch, stream));
+  SMLA_RETURN_IF_ERROR(launch_kernel(launch, stream));
   return cuda::launch_split_combine(params, num_parts, workspace, stream);
+}
+
+Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, void* workspace,
+                           size_t workspace_bytes, DecodeSchedule schedule,
+                           const RunOptions& options) {
+  cuda::DeviceGuard guard;
+  SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
+  const BuiltDecodeTiles tiles(params.problem.device.index);
+  DeviceLimits limits;
+  size_t tile = 0;
+  SMLA_RETURN_IF_ERROR(decode_tile_for(params.problem, "sparse_decode", tiles, &limits, &tile));
+  // The plan's kernel: plan and run ask choose_decode_launch with the same problem.
+  cuda::DecodeLaunchShape shape;
+  SMLA_RETURN_IF_ERROR(
+      cuda::choose_decode_launch(params.problem, limits, tiles, decode_knobs(), tile, &shape));
+  const DecodeEntry& entry = tiles.entry(shape.tile);
+  return run_split_decode(params, plan, workspace, workspace_bytes, schedule,
+                          static_cast<cudaStream_t>(options.stream), shape, entry.tile.block_keys,
+                          entry.launch);
 }
 
 // ---- Hopper decode (sm_90a) -----------------------------------------------------------------
@@ -480,36 +492,11 @@ Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void
   }
   cuda::DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
-  const int num_parts = plan.num_sm_parts;
-  const int64_t num_queries = params.problem.b * params.problem.s_q;
-  const planning::DecodeWorkspaceLayout layout =
-      planning::decode_workspace_layout(num_queries, num_parts, params.problem.h_q, 512);
-  if (num_parts < 1 || static_cast<int64_t>(workspace_bytes) < layout.total_bytes ||
-      workspace == nullptr) {
-    return invalid_argument("sparse_decode: the workspace (" + std::to_string(workspace_bytes) +
-                            " bytes) does not fit the plan's " + std::to_string(num_parts) +
-                            " parts (" + std::to_string(layout.total_bytes) + " bytes)");
-  }
-  auto stream = static_cast<cudaStream_t>(options.stream);
-  if (schedule == DecodeSchedule::kBuild) {
-    // A plan whose part count the shape does not give runs the plain cost line (as the portable
-    // run does).
-    const cuda::DecodeLaunchShape shape = cuda::one_cta_per_sm_decode_shape(
-        params.problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
-    const int64_t min_units = shape.num_parts == num_parts ? shape.min_units : 0;
-    SMLA_RETURN_IF_ERROR(cuda::launch_decode_planner(params, num_parts, min_units,
-                                                     kSm90aDecodeBlockKeys, workspace, stream));
-  }
-  const planning::DecodeWorkspace ws = planning::carve_decode_workspace(workspace, layout);
-  cuda::portable_decode::DecodeLaunch launch;
-  launch.p = params;
-  launch.num_parts = num_parts;
-  launch.parts = ws.parts;
-  launch.split_offsets = ws.split_offsets;
-  launch.partial_lse = ws.partial_lse;
-  launch.partial_out = ws.partial_out;
-  SMLA_RETURN_IF_ERROR(entry->launch(launch, stream));
-  return cuda::launch_split_combine(params, num_parts, workspace, stream);
+  const cuda::DecodeLaunchShape shape = cuda::one_cta_per_sm_decode_shape(
+      params.problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
+  return run_split_decode(params, plan, workspace, workspace_bytes, schedule,
+                          static_cast<cudaStream_t>(options.stream), shape, kSm90aDecodeBlockKeys,
+                          entry->launch);
 }
 
 constexpr PrefillKernel kPrefillKernels[] = {
