@@ -218,6 +218,18 @@ def commit() -> Dict:
     return dict(commit=git("rev-parse", "HEAD"), git_dirty=bool(git("status", "--porcelain")))
 
 
+def write_json(path: str, what: str, results: List[Dict], **fields) -> None:
+    """A results document at `path`: what was measured, the command, date, machine, Python and
+    torch versions, `fields`, the tree's commit, then the results (used by prefill_calls.py)."""
+    doc = dict(what=what, command=" ".join([sys.executable, *sys.argv]),
+               date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+               machine=platform.node(), python=platform.python_version(), torch=torch.__version__,
+               **fields, **commit(), results=results)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -287,17 +299,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             case)
 
     if opts.json:
-        doc = dict(
-            what="host wall / device time per isolated call through the Python package "
-                 "(benchmarks/python/host_time.py)",
-            command=" ".join([sys.executable, *sys.argv]),
-            date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            machine=platform.node(), python=platform.python_version(), torch=torch.__version__,
-            device=opts.device if not opts.device.startswith("cuda")
-            else torch.cuda.get_device_name(), small=opts.small, **commit(), results=results)
-        with open(opts.json, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        write_json(opts.json, "host wall / device time per isolated call through the Python "
+                   "package (benchmarks/python/host_time.py)", results,
+                   device=opts.device if not opts.device.startswith("cuda")
+                   else torch.cuda.get_device_name(), small=opts.small)
     return 0
 
 

@@ -21,10 +21,7 @@ L2 flushed; docs/flashmla_baseline.md) is the anchor.
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import os
-import platform
 import statistics
 import sys
 from typing import Callable, Dict, List, Optional
@@ -32,7 +29,7 @@ from typing import Callable, Dict, List, Optional
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import host_time  # noqa: E402  (time_isolated, prefill_inputs, commit)
+import host_time  # noqa: E402  (time_isolated, prefill_inputs, write_json)
 import sparse_mla.flash_mla as smla_flash_mla  # noqa: E402
 
 # name -> shapes and FlashMLA's H200 time (us, docs/flashmla_baseline.md; the 16 / 32-head rows:
@@ -122,16 +119,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         del graph, a, call
         torch.cuda.empty_cache()
     if opts.json:
-        doc = dict(what="prefill rows through sparse_mla.flash_mla.flash_mla_sparse_fwd: isolated "
-                        "calls, CUDA-graph replay and eager calls with L2 flushed "
-                        "(benchmarks/python/prefill_calls.py)",
-                   command=" ".join([sys.executable, *sys.argv]),
-                   date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                   machine=platform.node(), torch=torch.__version__,
-                   device=torch.cuda.get_device_name(), **host_time.commit(), results=results)
-        with open(opts.json, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        host_time.write_json(opts.json, "prefill rows through "
+                             "sparse_mla.flash_mla.flash_mla_sparse_fwd: isolated calls, CUDA-graph "
+                             "replay and eager calls with L2 flushed "
+                             "(benchmarks/python/prefill_calls.py)", results,
+                             device=torch.cuda.get_device_name())
     return 0
 
 
