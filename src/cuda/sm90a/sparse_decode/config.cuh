@@ -20,14 +20,13 @@ namespace sparse_mla::cuda::sm90a_decode {
 
 using namespace ::sparse_mla::cuda::sm90a;  // the seesaw's plan and consumers
 
-// Full barrier of a half-stage (its raw bytes, scales and tail landed): the producer's 128
-// cp.async arrivals plus one plain arrival per group of 8 threads (after the block's validity
-// flags), as in the prefill.
-inline constexpr uint32_t kFullArrivals = kProducerThreads + kProducerThreads / 8;
+// Full barrier of a half-stage: one arrival per producer thread, once its converted chunks are
+// stored and fenced for the async proxy and its tail copies have landed.
+inline constexpr uint32_t kFullArrivals = kProducerThreads;
 
-// The converting warpgroup's own barrier (ids 1-5 are the seesaw's): kConvertBarrier for WG0,
-// + 1 for WG1, around the phases of a half-stage's conversion (kernel.cuh, convert_half).
-inline constexpr int kConvertBarrier = 6;
+// The producer warpgroup's own barrier (ids 1-5 are the consumers'): between reading the raw
+// bytes a half-stage's second conversion phase overwrites and writing them.
+inline constexpr int kProducerBarrier = 6;
 
 // A half-stage's fp8 panels (64 dims each): half 0 = panels 0-3; half 1 = panels 4 .. the last
 // quantized one (v32_fp8: 4-7, v4_fp8: 4-6). Their raw bytes, [64 rows][panels x 64 B], sit in
