@@ -239,7 +239,8 @@ FAMILIES: dict[str, Family] = {
         ],
         describe=lambda k: (
             f"Hopper (sm_90a) sparse decode, {k.format} cache, d_qk {k.d_qk}: 64 head rows per "
-            "CTA, 64-key blocks, wgmma consumers and a producer warpgroup that dequantises in place."
+            "CTA, 64-key blocks, a producer warpgroup that copies FP8 rows and wgmma consumers that "
+            "dequantise them in place."
         ),
         launch_header="cuda/sm90a/sparse_decode/launch.h",
         registry="kSm90aDecodeEntries",

@@ -5,12 +5,13 @@
 //   producer   Q once the consumers' last scores of the previous piece are done, then per pair of
 //              64-slot blocks (K0, K1; main list first, then extra) four half-stages in the order
 //              the consumers free them: wait until free, cp.async the raw e4m3 bytes of the half
-//              into the upper part of its own panels and the bf16 tail into its panel (invalid
-//              slots zero-filled from slot 0, never read) and load the rows' scales, then convert
-//              in place (e4m3 x fp32 scale in fp32, one rounding to bf16:
-//              cuda/device/fp8_dequant.cuh) and arrive on the half's full barrier; the next pair's
-//              rows are L2-prefetched a pair ahead;
-//   consumers  the seesaw, as in the prefill;
+//              into the upper part of its own panels, the rows' scales into its lower part and the
+//              bf16 tail into its panel (invalid slots zero-filled from slot 0, never read), and
+//              arrive on the half's full barrier as the copies land; the next pair's rows are
+//              L2-prefetched a pair ahead;
+//   consumers  the seesaw, as in the prefill, with the scoring warpgroup (WG0 for K0, WG1 for K1)
+//              converting each half in place before its first MMA (convert_half: e4m3 x fp32
+//              scale in fp32, one rounding to bf16, cuda/device/fp8_dequant.cuh);
 //   store      an unsplit query's bf16 out (sink applied) and natural-log lse, or a split piece's
 //              fp32 partial (normalised by its own sum) and log2 partial lse for the combine
 //              (portable_decode::finish_row / store_row).
@@ -141,22 +142,24 @@ __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
   if constexpr (!Traits::kScalesInRow) ptx::prefetch_l2(src.scales);
 }
 
-// The rows' scales a half-stage's conversion needs, loaded with its copies (issue_half) and
-// carried to its conversion (finish_half), so that no load is waited for there: v32_fp8 the two
-// fp32 scales of its 256 dims (tiles of 128), v4_fp8 four ue8m0 bytes (tiles of 64; the right half
-// uses three). Zero for an invalid row, whose raw bytes are zero too.
+// The rows' scales a half-stage's conversion needs travel with its copies: the chunk-0 producer
+// thread of each row cp.asyncs 8 bytes into the first 512 B of the half's own bf16 region (free
+// until the conversion's first phase writes it): v32_fp8 the two fp32 scales of the half's 256
+// dims (tiles of 128), v4_fp8 the row's eight ue8m0 bytes (tiles of 64; the half's four are
+// bytes 4 half ..). Zero for an invalid row, whose raw bytes are zero too. The converting thread
+// holds its four rows' in registers (v4_fp8: the half's four bytes in x).
 struct HalfScales {
   uint2 row[4];
 };
 
 template <class Traits, int kHalf>
-__device__ __forceinline__ uint2 load_half_scales(const portable_decode::SlotRows& rows) {
+__device__ __forceinline__ const uint8_t* half_scale_source(const portable_decode::SlotRows& rows) {
   if constexpr (Traits::kScalesInRow) {
     static_assert(Traits::kTileSize == 128 && Traits::kScaleOffset % 8 == 0);
-    return __ldg(reinterpret_cast<const uint2*>(rows.data + Traits::kScaleOffset + 8 * kHalf));
+    return rows.data + Traits::kScaleOffset + 8 * kHalf;
   } else {
     static_assert(Traits::kTileSize == 64 && Traits::kScaleRowBytes == 8);
-    return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(rows.scales + 4 * kHalf)), 0u);
+    return rows.scales;
   }
 }
 
@@ -186,12 +189,14 @@ __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::Dec
 
 // One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
 // check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
-// with its first half, cp.async the raw fp8 units and the bf16 tail and commit them as one group.
+// with its first half, cp.async the raw fp8 units, the rows' scales and the bf16 tail, and arrive
+// on the half's full barrier once they land (cp.async.mbarrier.arrive.noinc) and, for the chunk-0
+// thread of each row, after its flags. The scoring warpgroup converts the half (convert_half).
 template <class Traits, int kStage, int kHalf>
-__device__ __forceinline__ HalfScales issue_half(const detail::DecodeParams& p,
-                                                 const CacheDividers& div, const BlockRows& rows,
-                                                 const ProducerPlace& at, uint32_t ring_pair,
-                                                 bool writes_flags, Smem<Traits::kDqk>& sm) {
+__device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const CacheDividers& div,
+                                           const BlockRows& rows, const ProducerPlace& at,
+                                           uint32_t ring_pair, bool writes_flags,
+                                           Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kQuantPanels = Traits::kQuantDims / 64;
   constexpr int kRawPitch = kPanels * 64;
@@ -199,16 +204,19 @@ __device__ __forceinline__ HalfScales issue_half(const detail::DecodeParams& p,
     ptx::mbarrier_wait_parity(smem_u32(&sm.empty[2 * kStage + kHalf]), (ring_pair - 1) & 1);
   }
   const uint32_t tile = smem_u32(sm.kv[kStage]);
-  const uint32_t raw = tile + kHalf * kLeftPanels * kPanelBytes + kPanels * kPanelBytes / 2;
+  const uint32_t half_base = tile + kHalf * kLeftPanels * kPanelBytes;
+  const uint32_t raw = half_base + kPanels * kPanelBytes / 2;
   const HalfUnits<kPanels> units(at.chunk);
-  HalfScales scales;
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int row = at.group + 16 * r;
     bool valid;
     const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
-    scales.row[r] = valid ? load_half_scales<Traits, kHalf>(src) : make_uint2(0u, 0u);
-    if (writes_flags && at.chunk == 0) sm.valid[kStage][row] = valid ? 1 : 0;
+    if (at.chunk == 0) {
+      if (writes_flags) sm.valid[kStage][row] = valid ? 1 : 0;
+      ptx::cp_async_ca_8(half_base + 8 * row, half_scale_source<Traits, kHalf>(src),
+                         valid ? 8u : 0u);
+    }
     const uint8_t* fp8 = src.data + 256 * kHalf;
     const uint32_t raw_row = raw + row * kRawPitch;
     const uint32_t bytes = valid ? 16u : 0u;
@@ -224,8 +232,9 @@ __device__ __forceinline__ HalfScales issue_half(const detail::DecodeParams& p,
       }
     }
   }
-  ptx::cp_async_commit();
-  return scales;
+  const uint32_t full = smem_u32(&sm.full[2 * kStage + kHalf]);
+  ptx::cp_async_mbarrier_arrive_noinc(full);
+  if (at.chunk == 0) ptx::mbarrier_arrive(full);
 }
 
 // Unit u's scale: v32_fp8 tile (256 half + 16 u) / 128 = 2 half + u / 8; v4_fp8 tile
@@ -252,21 +261,30 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
       dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
 }
 
-// A half-stage's conversion, once its copies landed (cp.async.wait_group kYounger: the groups
-// issued after it may still be in flight), with the scales issue_half loaded. Each thread converts
-// the units it copied (cp.async bytes are visible to the issuing thread once waited for). Phase 1
-// writes panels [0, P / 2), below the raw bytes; phase 2's panels cover them, so their raw units
-// are read into registers before the producer barrier and written after it. Then the async-proxy
-// fence for wgmma and the arrival on the half's full barrier.
-template <class Traits, int kStage, int kHalf, int kYounger>
-__device__ __forceinline__ void finish_half(const HalfScales& scales, const ProducerPlace& at,
-                                            Smem<Traits::kDqk>& sm) {
+// A half-stage's conversion by the warpgroup that scores it, once the half has landed (its full
+// barrier): thread t of the warpgroup takes the rows and units of producer thread t's copies
+// (ProducerPlace). Its rows' scales are read first, and a barrier of the warpgroup's 128 threads
+// (kConvertBarrier + kStage: WG kStage scores stage kStage) passes before phase 1 overwrites them.
+// Phase 1 writes panels [0, P / 2), below the raw bytes; phase 2's panels cover them, so their raw
+// units are read into registers before the second barrier and written after it. Then the
+// async-proxy fence and a third barrier, after which the warpgroup's MMAs may read the half. The
+// other warpgroup reads it only after the P0 / P1 barrier that this one reaches after its scores.
+template <class Traits, int kStage, int kHalf>
+__device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kRawPitch = kPanels * 64;
-  ptx::cp_async_wait<kYounger>();
+  const ProducerPlace at(static_cast<int>(threadIdx.x) & (kProducerThreads - 1));
+  constexpr int barrier = kConvertBarrier + kStage;  // stage kStage's scorer is WG kStage
   uint8_t* half_base = sm.kv[kStage] + kHalf * kLeftPanels * kPanelBytes;
   const uint8_t* raw = half_base + kPanels * kPanelBytes / 2;
   const HalfUnits<kPanels> units(at.chunk);
+  HalfScales scales;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const uint2 v = *reinterpret_cast<const uint2*>(half_base + 8 * (at.group + 16 * r));
+    scales.row[r] = Traits::kScalesInRow ? v : make_uint2(kHalf == 0 ? v.x : v.y, 0u);
+  }
+  ptx::named_barrier_sync(barrier, kProducerThreads);
   uint4 held[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
@@ -279,14 +297,23 @@ __device__ __forceinline__ void finish_half(const HalfScales& scales, const Prod
                          scales.row[r]);
     }
   }
-  ptx::named_barrier_sync(kProducerBarrier, kProducerThreads);
+  ptx::named_barrier_sync(barrier, kProducerThreads);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     store_unit<Traits>(half_base, at.group + 16 * r, units.second, held[r], scales.row[r]);
   }
   ptx::fence_proxy_async_shared();
-  ptx::mbarrier_arrive(smem_u32(&sm.full[2 * kStage + kHalf]));
+  ptx::named_barrier_sync(barrier, kProducerThreads);
 }
+
+// The seesaw's hook between a half's landing and its scores (seesaw/consumers.cuh, Prepare).
+template <class Traits>
+struct ConvertInScorer {
+  template <int kStage, int kHalf, class SmemT>
+  __device__ __forceinline__ static void half(SmemT& sm) {
+    convert_half<Traits, kStage, kHalf>(sm);
+  }
+};
 
 template <class Traits>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
@@ -314,25 +341,21 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
     for (int pair = 0; pair < w.num_pairs; ++pair) {
-      // The halves' copies in the order the consumers free the halves, each half converted once
-      // the next half's copies are issued (two halves in flight), the next pair's rows
-      // L2-prefetched first. K0 left is converted before K1 left is issued: WG0 frees K1 left (of
-      // the previous pair) only once its queued scores of K0 left started.
+      // The halves' copies in the order the consumers free them, the next pair's rows
+      // L2-prefetched first; the scoring warpgroups convert them.
       const uint32_t ring_pair = ring_pairs + pair;
       const bool has_next = pair + 1 < w.num_pairs;
       const int next_block = w.begin + 2 * pair + 2;
       if (has_next) prefetch_slot<Traits>(p, div, w, next_block + ahead_block, ahead);
       ahead = list_entry(w, next_block + 2 + ahead_block, ahead_row);
-      const HalfScales k0_left = issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
-      const HalfScales k1_right = issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
-      finish_half<Traits, 0, 0, 1>(k0_left, at, sm);
-      const HalfScales k0_right = issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
-      finish_half<Traits, 1, 1, 1>(k1_right, at, sm);
-      const HalfScales k1_left = issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
-      finish_half<Traits, 0, 1, 1>(k0_right, at, sm);
-      if (has_next) k0 = block_rows(w, at, next_block);
-      finish_half<Traits, 1, 0, 0>(k1_left, at, sm);
-      if (has_next) k1 = block_rows(w, at, next_block + 1);
+      issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
+      issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
+      issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
+      issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
+      if (has_next) {
+        k0 = block_rows(w, at, next_block);
+        k1 = block_rows(w, at, next_block + 1);
+      }
     }
     ring_pairs += w.num_pairs;
   }
@@ -365,10 +388,11 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
   }
 }
 
-template <int kDqk>
+template <class Traits>
 __device__ __forceinline__ void consume(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0, int t,
-                                        Smem<kDqk>& sm) {
+                                        Smem<Traits::kDqk>& sm) {
+  constexpr int kDqk = Traits::kDqk;
   const detail::DecodeParams& p = launch.p;
   const ConsumerPlace at(t);
   const float scale_log2 = p.softmax_scale * kLog2e;
@@ -381,8 +405,8 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
     const Piece w(p, part, query);
     float o[128];
     RowState st;
-    consume_item_pairs<kDqk>(q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs,
-                             item_count, sm, st, o);
+    consume_item_pairs<kDqk, ConvertInScorer<Traits>>(
+        q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs, item_count, sm, st, o);
     ring_pairs += w.num_pairs;
     store_piece(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets), head0,
                 at, st, o, sm.row_sum[item_count & 1]);
@@ -404,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     produce<Traits>(launch, part, head0, thread - kConsumerThreads, sm);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<kDqk>(launch, part, head0, thread, sm);
+    consume<Traits>(launch, part, head0, thread, sm);
   }
 #else
   __trap();
