@@ -285,22 +285,26 @@ __device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
     scales.row[r] = Traits::kScalesInRow ? v : make_uint2(kHalf == 0 ? v.x : v.y, 0u);
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
-  uint4 held[4];
+  // Every raw unit of the thread is loaded before the first store: the compiler cannot move a
+  // load of the half's bytes past a store into them, so a load per row between the stores would
+  // wait out its latency each time.
+  uint4 first[4], second[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    const int row = at.group + 16 * r;
-    const uint8_t* raw_row = raw + row * kRawPitch;
-    held[r] = *reinterpret_cast<const uint4*>(raw_row + 16 * units.second);
-    if (units.has_first) {
-      store_unit<Traits>(half_base, row, units.first,
-                         *reinterpret_cast<const uint4*>(raw_row + 16 * units.first),
-                         scales.row[r]);
+    const uint8_t* raw_row = raw + (at.group + 16 * r) * kRawPitch;
+    if (units.has_first) first[r] = *reinterpret_cast<const uint4*>(raw_row + 16 * units.first);
+    second[r] = *reinterpret_cast<const uint4*>(raw_row + 16 * units.second);
+  }
+  if (units.has_first) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      store_unit<Traits>(half_base, at.group + 16 * r, units.first, first[r], scales.row[r]);
     }
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
-    store_unit<Traits>(half_base, at.group + 16 * r, units.second, held[r], scales.row[r]);
+    store_unit<Traits>(half_base, at.group + 16 * r, units.second, second[r], scales.row[r]);
   }
   ptx::fence_proxy_async_shared();
   ptx::named_barrier_sync(barrier, kProducerThreads);
