@@ -237,6 +237,16 @@ DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem
   return shape;
 }
 
+int64_t sm90a_decode_pairs(const SparseDecodeProblem& problem) {
+  const int64_t blocks =
+      planning::query_blocks(problem.topk, problem.has_extra ? problem.extra_topk : 0, 64);
+  return problem.b * problem.s_q * decode_head_groups(problem.h_q, 64) * ((blocks + 1) / 2);
+}
+
+bool sm90a_decode_by_default(const SparseDecodeProblem& problem, int sm_count) {
+  return sm90a_decode_pairs(problem) >= kSm90aDecodeMinPairsPerSm * std::max(1, sm_count);
+}
+
 void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,
                       const DecodeTileSet& tiles, const DecodeKnobs& knobs,
                       const DecodeLaunchShape& shape, DecodePlan* plan) {

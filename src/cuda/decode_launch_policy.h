@@ -100,6 +100,21 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
                                               const DeviceLimits& limits, int rows, int block_keys);
 
+// Whether the Hopper decode (sm90a/sparse_decode) is the default for a problem it can run, with
+// SMLA_DECODE_SM90A unset: when its launch gives every SM at least kSm90aDecodeMinPairsPerSm pairs
+// of 64-key blocks with full lists (b * s_q queries x head groups x ceil(blocks / 2) pairs over
+// sm_count). Below that a CTA's fixed costs (its Q, the ring's first gathers and conversions, the
+// store) outweigh what its pairs gain. Measured on the H200 against the portable kernels in the
+// same call (v7, benchmarks/results/sm90a-decode-h200-2026-12-02/v7 and sweep-v9): every case at
+// >= 4.36 pairs per SM ran 0.69-0.98x their time; below 4, 0.87-1.35x (V4 h64 1.12-1.35x at b 1
+// to 32 and at b 64 s_q 1, V3.2 b 1 1.19x; V3.2 b 8 0.87x and V4 h128 b 8 0.93x are the wins the
+// rule gives up).
+inline constexpr int64_t kSm90aDecodeMinPairsPerSm = 4;
+
+int64_t sm90a_decode_pairs(const SparseDecodeProblem& problem);
+
+bool sm90a_decode_by_default(const SparseDecodeProblem& problem, int sm_count);
+
 // Fills what a plan says about the launch: num_sm_parts, workspace_bytes, the typed kernel
 // fields (kernel_config, kernel_family, rows_per_cta, ...) and `reason`.
 void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,

@@ -398,14 +398,16 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
 
 // The Hopper FP8 decode for the problem's cache format if this build has it and it can run here:
 // an sm_90 device with the shared memory it needs, 33..128 heads (32 or fewer run the portable
-// 16- and 32-row tiles, which this kernel's 64-row tile would pad). SMLA_DECODE_SM90A (default
-// cuda::kDecodeSm90aDefault, cuda/knobs.h) turns it on or off.
+// 16- and 32-row tiles, which this kernel's 64-row tile would pad). SMLA_DECODE_SM90A=1 runs it
+// wherever it can, =0 never; unset, only where its launch has enough pairs of blocks per SM
+// (cuda::sm90a_decode_by_default, decode_launch_policy.h: below that the portable kernels are
+// as fast or faster).
 const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& problem,
                                                  std::string* why_not) {
   if (!knobs_valid(why_not)) return nullptr;
-  if (cuda::cuda_knobs().decode_sm90a.value.value_or(cuda::kDecodeSm90aDefault) == 0) {
-    *why_not = cuda::cuda_knobs().decode_sm90a.value ? "turned off by SMLA_DECODE_SM90A=0"
-                                                     : "off unless SMLA_DECODE_SM90A=1";
+  const std::optional<int>& knob = cuda::cuda_knobs().decode_sm90a.value;
+  if (knob && *knob == 0) {
+    *why_not = "turned off by SMLA_DECODE_SM90A=0";
     return nullptr;
   }
   if (!problem.device.is_cuda()) {
@@ -439,7 +441,21 @@ const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& prob
     *why_not = "b * s_q = " + std::to_string(problem.b * problem.s_q) + " is too large";
     return nullptr;
   }
-  return sm90_device_fits(problem.device, entry->smem(), why_not) ? entry : nullptr;
+  if (!sm90_device_fits(problem.device, entry->smem(), why_not)) return nullptr;
+  if (!knob) {
+    DeviceLimits limits;
+    if (!device_limits(problem.device, &limits, why_not)) return nullptr;
+    if (!cuda::sm90a_decode_by_default(problem, limits.sm_count)) {
+      *why_not =
+          "the portable kernels are as fast below " +
+          std::to_string(cuda::kSm90aDecodeMinPairsPerSm) +
+          " pairs of 64-key blocks per SM: " + std::to_string(cuda::sm90a_decode_pairs(problem)) +
+          " pairs on " + std::to_string(limits.sm_count) +
+          " SMs (SMLA_DECODE_SM90A=1 runs it anyway)";
+      return nullptr;
+    }
+  }
+  return entry;
 }
 
 bool sm90a_decode_supports(const SparseDecodeProblem& problem, std::string* why_not) {
@@ -470,7 +486,7 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   plan->warp_specialized = true;
   plan->paired_head_groups = false;
   plan->min_units_per_part = shape.min_units;
-  plan->reason = "Hopper seesaw (wgmma consumers, dequantising producer warpgroup): " +
+  plan->reason = "Hopper seesaw (a copying producer warpgroup, wgmma consumers that dequantise): " +
                  std::to_string(shape.num_parts) + " parts x " + std::to_string(shape.head_groups) +
                  " head groups of 64 rows x 64-key blocks" +
                  (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +

@@ -8,9 +8,10 @@
 //   SMLA_PREFILL_SM90A_CTAS      1..2^20  caps the Hopper prefill's persistent grid (one CTA per
 //                                         SM by default), so that small tests walk several work
 //                                         items per CTA (sm90a/sparse_prefill/kernel.cuh)
-//   SMLA_DECODE_SM90A            0 | 1    the Hopper FP8 decode kernel on sm_90 devices (default
-//                                         kDecodeSm90aDefault below; 0 runs the portable ones
-//                                         there; kernel_tables.cpp)
+//   SMLA_DECODE_SM90A            0 | 1    the Hopper FP8 decode kernel on sm_90 devices: 1 runs it
+//                                         wherever it can, 0 never; unset, where its launch has
+//                                         enough work (sm90a_decode_by_default,
+//                                         decode_launch_policy.h; kernel_tables.cpp)
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads
 //                                         (decode_launch_policy.cpp)
 //   SMLA_DECODE_WARP_SPECIALIZED 0 | 1    producer warps in the 16-row FP8 decode tile
@@ -48,10 +49,5 @@ struct CudaKnobs {
 };
 
 const CudaKnobs& cuda_knobs();
-
-// SMLA_DECODE_SM90A when unset: whether the Hopper FP8 decode (sm90a/sparse_decode) runs 33..128
-// heads of a v32_fp8 / v4_fp8 cache on sm_90 by default. 0 while it is slower than the portable
-// kernels there (docs/kernels/sm90a_sparse_decode.md, measured versions).
-inline constexpr int kDecodeSm90aDefault = 0;
 
 }  // namespace sparse_mla::cuda

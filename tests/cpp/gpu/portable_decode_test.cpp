@@ -16,6 +16,7 @@
 
 #include "cuda/device/kv_cache_traits.cuh"
 #if defined(SMLA_WITH_CUDA)
+#include "cuda/decode_launch_policy.h"
 #include "cuda/kernel_registry.h"
 #include "cuda/knobs.h"
 #include "cuda/runtime/device_limits.h"
@@ -184,11 +185,14 @@ int usable_smem() {
 
 // Whether this build's Hopper FP8 decode (kernel_tables.cpp sm90a_decode_entry) is the kernel for
 // the case here: 33..128 heads of a v32_fp8 or v4_fp8 cache on an sm_90 device with its own
-// shared memory, where SMLA_DECODE_SM90A (default cuda::kDecodeSm90aDefault) turns it on
-// (tests/cpp/CMakeLists.txt: gpu_decode_sm90a, gpu_decode_portable_on_sm90).
+// shared memory, where SMLA_DECODE_SM90A=1 turns it on, =0 off, and unset leaves it to the
+// launch's work (cuda::sm90a_decode_by_default; tests/cpp/CMakeLists.txt: gpu_decode_sm90a,
+// gpu_decode_portable_on_sm90).
 bool hopper_decode_expected(const verify::DecodeCase& c, const DeviceInfo& device) {
   const char* knob = std::getenv("SMLA_DECODE_SM90A");
-  const bool wanted = knob != nullptr ? std::string(knob) == "1" : cuda::kDecodeSm90aDefault == 1;
+  const bool wanted = knob != nullptr && *knob != '\0'
+                          ? std::string(knob) == "1"
+                          : cuda::sm90a_decode_by_default(c.problem, device.sm_count);
   return wanted && device.cc_major == 9 && device.cc_minor == 0 &&
          std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
          (c.problem.format == KvCacheFormat::kV32Fp8 ||
