@@ -96,12 +96,9 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
 
 // The launch of a kernel that runs one CTA of `rows` heads per part and head group on every SM
 // (the Hopper decode, sm90a/sparse_decode): head groups of `rows`, and the part-count rule for
-// full lists (planning/decode_part_count.h) over sm_count / head groups slots, or, with two head
-// groups and pair_clusters > 0 (the resident 2-CTA clusters of its paired launch), over those
-// clusters (shape.clusters = pair_clusters); `tile` unused.
+// full lists (planning/decode_part_count.h) over sm_count / head groups slots; `tile` unused.
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
-                                              const DeviceLimits& limits, int rows, int block_keys,
-                                              int pair_clusters = 0);
+                                              const DeviceLimits& limits, int rows, int block_keys);
 
 // Whether the Hopper decode (sm90a/sparse_decode) is the default for a problem it can run, with
 // SMLA_DECODE_SM90A unset: when its launch gives every SM at least kSm90aDecodeMinPairsPerSm pairs

@@ -209,14 +209,14 @@ const cuda::DecodeKnobs& decode_knobs() {
   return knobs;
 }
 
-// An occupancy query of kernel-table entry i of `entries` (entry.*kQuery: resident CTAs per SM or
-// resident 2-CTA clusters) for the current device, asked once per (entry, device): plan and run
-// need it on every call and the CUDA occupancy API is not free. A 0 from ctas_per_sm means the
-// query failed (the caller reports it) and is asked again next time; 0 clusters is an answer (no
-// pairing).
-template <class Entry, int (*Entry::*kQuery)(), bool kZeroIsAnswer>
-int asked_once(std::span<const Entry> entries, size_t i, int device) {
+// An occupancy query of decode entry i (entry.*kQuery: resident CTAs per SM or resident 2-CTA
+// clusters) for the current device, asked once per (entry, device): plan and run need it on every
+// call and the CUDA occupancy API is not free. A 0 from ctas_per_sm means the query failed (the
+// caller reports it) and is asked again next time; 0 clusters is an answer (no pairing).
+template <int (*DecodeEntry::*kQuery)(), bool kZeroIsAnswer>
+int asked_once(size_t i, int device) {
   constexpr int kMaxDevices = 64;
+  const std::span<const DecodeEntry> entries = cuda::portable_decode_entries();
   // value + 1 per (entry, device); 0 = not asked yet.
   static std::vector<std::atomic<int>> cache(entries.size() * kMaxDevices);
   if (device < 0 || device >= kMaxDevices) return (entries[i].*kQuery)();
@@ -241,10 +241,10 @@ class BuiltDecodeTiles final : public cuda::DecodeTileSet {
   const cuda::DecodeTile& tile(size_t i) const override { return entries_[i].tile; }
   int smem_bytes(size_t i) const override { return entries_[i].smem(); }
   int ctas_per_sm(size_t i) const override {
-    return asked_once<DecodeEntry, &DecodeEntry::ctas_per_sm, false>(entries_, i, device_);
+    return asked_once<&DecodeEntry::ctas_per_sm, false>(i, device_);
   }
   int pair_clusters(size_t i) const override {
-    return asked_once<DecodeEntry, &DecodeEntry::pair_clusters, true>(entries_, i, device_);
+    return asked_once<&DecodeEntry::pair_clusters, true>(i, device_);
   }
   const DecodeEntry& entry(size_t i) const { return entries_[i]; }
 
@@ -464,23 +464,6 @@ bool sm90a_decode_supports(const SparseDecodeProblem& problem, std::string* why_
 
 constexpr int kSm90aDecodeRows = 64, kSm90aDecodeBlockKeys = 64;
 
-// The Hopper decode's launch on the current device (`device`): two head groups run as 2-CTA
-// clusters that share each block's conversion, unless SMLA_DECODE_PAIR_HEAD_GROUPS=0 or the
-// paired kernel cannot be resident; plan and run ask with the same problem.
-cuda::DecodeLaunchShape sm90a_decode_shape(const SparseDecodeProblem& problem,
-                                           const DeviceLimits& limits,
-                                           const cuda::Sm90aDecodeEntry& entry, int device) {
-  int clusters = 0;
-  if (cuda::decode_head_groups(problem.h_q, kSm90aDecodeRows) == 2 &&
-      decode_knobs().pair_head_groups.value_or(1) != 0) {
-    const std::span<const cuda::Sm90aDecodeEntry> entries = cuda::sm90a_decode_entries();
-    clusters = asked_once<cuda::Sm90aDecodeEntry, &cuda::Sm90aDecodeEntry::pair_clusters, true>(
-        entries, static_cast<size_t>(&entry - entries.data()), device);
-  }
-  return cuda::one_cta_per_sm_decode_shape(problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys,
-                                           clusters);
-}
-
 Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, DecodePlan* plan) {
   std::string why_not;
   const cuda::Sm90aDecodeEntry* entry = sm90a_decode_entry(problem, &why_not);
@@ -489,10 +472,8 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   if (!device_limits(problem.device, &limits, &why_not)) {
     return unsupported("plan_sparse_decode: " + why_not);
   }
-  cuda::DeviceGuard guard;
-  SMLA_RETURN_IF_ERROR(guard.enter(problem.device.index));
   const cuda::DecodeLaunchShape shape =
-      sm90a_decode_shape(problem, limits, *entry, problem.device.index);
+      cuda::one_cta_per_sm_decode_shape(problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
   const planning::DecodeWorkspaceLayout layout =
       planning::decode_workspace_layout(problem.b * problem.s_q, shape.num_parts, problem.h_q, 512);
   plan->num_sm_parts = shape.num_parts;
@@ -503,7 +484,7 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   plan->keys_per_block = kSm90aDecodeBlockKeys;
   plan->head_groups = shape.head_groups;
   plan->warp_specialized = true;
-  plan->paired_head_groups = shape.clusters > 0;
+  plan->paired_head_groups = false;
   plan->min_units_per_part = shape.min_units;
   plan->reason = "Hopper seesaw (a copying producer warpgroup, wgmma consumers that dequantise): " +
                  std::to_string(shape.num_parts) + " parts x " + std::to_string(shape.head_groups) +
@@ -511,12 +492,7 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
                  (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
                                             " units: sized for full lists)"
                                       : "") +
-                 " = " +
-                 (shape.clusters > 0 ? std::to_string(shape.clusters) +
-                                           " resident 2-CTA clusters (each CTA converts half of "
-                                           "every block for both)"
-                                     : std::string("1 CTA per SM")) +
-                 " on " + std::to_string(limits.sm_count) + " SMs";
+                 " = 1 CTA per SM on " + std::to_string(limits.sm_count) + " SMs";
   return {};
 }
 
@@ -532,8 +508,8 @@ Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void
   }
   cuda::DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
-  const cuda::DecodeLaunchShape shape =
-      sm90a_decode_shape(params.problem, limits, *entry, params.problem.device.index);
+  const cuda::DecodeLaunchShape shape = cuda::one_cta_per_sm_decode_shape(
+      params.problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
   return run_split_decode(params, plan, workspace, workspace_bytes, schedule,
                           static_cast<cudaStream_t>(options.stream), shape, kSm90aDecodeBlockKeys,
                           entry->launch);

@@ -234,15 +234,13 @@ FAMILIES: dict[str, Family] = {
         namespace="sparse_mla::cuda::sm90a_decode",
         instantiations=lambda k: [
             f"template int sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>();",
-            f"template int sm90a_decode_pair_clusters<{k.format_enum}, {k.d_qk}>();",
             f"template Status launch_sm90a_sparse_decode<{k.format_enum}, {k.d_qk}>(",
             "    const portable_decode::DecodeLaunch&, cudaStream_t);",
         ],
         describe=lambda k: (
             f"Hopper (sm_90a) sparse decode, {k.format} cache, d_qk {k.d_qk}: 64 head rows per "
             "CTA, 64-key blocks, a producer warpgroup that copies FP8 rows and wgmma consumers that "
-            "dequantise them in place (two head groups: a 2-CTA cluster, each CTA converting half "
-            "of every block for both)."
+            "dequantise them in place."
         ),
         launch_header="cuda/sm90a/sparse_decode/launch.h",
         registry="kSm90aDecodeEntries",
@@ -250,8 +248,7 @@ FAMILIES: dict[str, Family] = {
         entry=lambda k: (
             f'{{"{k.name}", {k.format_enum}, {k.d_qk}, '
             f"sm90a_decode::launch_sm90a_sparse_decode<{k.format_enum}, {k.d_qk}>, "
-            f"sm90a_decode::sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>, "
-            f"sm90a_decode::sm90a_decode_pair_clusters<{k.format_enum}, {k.d_qk}>}}"
+            f"sm90a_decode::sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>}}"
         ),
     ),
 }

@@ -296,12 +296,7 @@ void check_case(const verify::DecodeRecipe& recipe) {
     EXPECT_EQ(plan.rows_per_cta, 64);
     EXPECT_EQ(plan.keys_per_block, 64);
     EXPECT_EQ(plan.head_groups, (c.problem.h_q + 63) / 64);
-    // Two head groups run as 2-CTA clusters (each CTA converts half of every block for both)
-    // unless SMLA_DECODE_PAIR_HEAD_GROUPS=0; one head group never pairs.
-    const char* pair = std::getenv("SMLA_DECODE_PAIR_HEAD_GROUPS");
-    EXPECT_EQ(plan.paired_head_groups,
-              plan.head_groups == 2 && (pair == nullptr || std::string(pair) != "0"))
-        << plan.reason;
+    EXPECT_FALSE(plan.paired_head_groups) << plan.reason;
   } else {
     EXPECT_FALSE(hopper_wanted) << plan.kernel << ": " << plan.reason;
     ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;

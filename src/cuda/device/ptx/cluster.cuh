@@ -1,7 +1,6 @@
 // Thread-block clusters and distributed shared memory (sm_90+): the rank of this CTA in its
 // cluster, the shared::cluster address of a variable in another CTA of the cluster, 16-B
-// st.async stores into it counted on its mbarrier (init, arrive.expect_tx, a peer's arrival,
-// parity wait), and the
+// st.async stores into it counted on its mbarrier (init, arrive.expect_tx, parity wait), and the
 // cluster-wide barriers, fenced and relaxed (cuda-techniques.md §6). Code compiled for an older
 // architecture traps: the host launches cluster kernels only where the loaded code is sm_90+
 // (cudaFuncAttributes::ptxVersion >= 90).
@@ -41,19 +40,6 @@ __device__ __forceinline__ void st_async_16(uint32_t cluster_addr, uint4 v, uint
       "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
       :
       : "r"(cluster_addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_barrier)
-      : "memory");
-#elif defined(__CUDA_ARCH__)
-  __trap();
-#endif
-}
-
-// One arrival on a peer CTA's mbarrier (shared::cluster address, map_shared_to_rank), released
-// at cluster scope: what this thread did before (its reads of the peer's data included) happens
-// before the phase it completes.
-__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t cluster_barrier) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_barrier)
       : "memory");
 #elif defined(__CUDA_ARCH__)
   __trap();

@@ -54,28 +54,24 @@ __device__ __forceinline__ void issue_score_panels(uint32_t q, uint32_t kv, floa
   }
 }
 
-// What a kernel adds to the ring's hand-offs (a `Hooks` type): landed<kStage, kHalf>(sm, parity),
-// run by the scoring warpgroup between a half-stage's full-barrier wait and its first MMA, and
-// freed(empty), run by the lane that releases a half-stage after its local arrival. The prefill
-// adds nothing (its producer fills the ring with bf16 rows, one CTA reads them); the decode
-// converts raw FP8 rows to bf16 there and, in a 2-CTA cluster, exchanges them with its peer
-// (sparse_decode/kernel.cuh). landed ends with the async-proxy fence and a barrier of the
-// warpgroup.
-struct NoRingHooks {
+// What the scoring warpgroup does to a half-stage between its landing and its first MMA: nothing
+// where the producer fills the ring with bf16 rows (the prefill); a kernel whose producer only
+// copies raw bytes passes a Prepare whose half<kStage, kHalf>(sm) turns them into bf16 rows (the
+// warpgroup's 128 threads, ending with the async-proxy fence and a barrier of the warpgroup).
+struct NoPrepare {
   template <int kStage, int kHalf, class SmemT>
-  __device__ __forceinline__ static void landed(SmemT&, uint32_t) {}
-  __device__ __forceinline__ static void freed(uint64_t&) {}
+  __device__ __forceinline__ static void half(SmemT&) {}
 };
 
 // Issues S (+)= Q K^T over one half of stage kStage's panels (half 0: panels 0-3, half 1: the
-// rest) once that half has landed (and Hooks::landed made it bf16); kOverwrite: its first k-step
+// rest) once that half has landed (and Prepare made it bf16); kOverwrite: its first k-step
 // overwrites S.
-template <int kDqk, int kStage, int kHalf, bool kOverwrite, class Hooks = NoRingHooks>
+template <int kDqk, int kStage, int kHalf, bool kOverwrite, class Prepare = NoPrepare>
 __device__ __forceinline__ void issue_score_half(uint32_t q, Smem<kDqk>& sm, uint32_t parity,
                                                  float (&s)[32]) {
   const uint32_t kv = smem_u32(sm.kv[kStage]);
   ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 * kStage + kHalf]), parity);
-  Hooks::template landed<kStage, kHalf>(sm, parity);
+  Prepare::template half<kStage, kHalf>(sm);
   if constexpr (kHalf == 0) {
     issue_score_panels<0, kLeftPanels, kOverwrite>(q, kv, s);
   } else {
@@ -89,14 +85,14 @@ template <int kStage>
 inline constexpr int kFirstScoreHalf = kStage == 0 ? 0 : 1;
 
 // S = Q K^T of stage `kStage` at pair parity `parity`; waits for the result.
-template <int kDqk, int kStage, class Hooks = NoRingHooks>
+template <int kDqk, int kStage, class Prepare = NoPrepare>
 __device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, uint32_t parity,
                                        float (&s)[32]) {
   constexpr int kFirst = kFirstScoreHalf<kStage>;
   ptx::wgmma_fence_operands(s);
   ptx::wgmma_fence();
-  issue_score_half<kDqk, kStage, kFirst, true, Hooks>(q, sm, parity, s);
-  issue_score_half<kDqk, kStage, 1 - kFirst, false, Hooks>(q, sm, parity, s);
+  issue_score_half<kDqk, kStage, kFirst, true, Prepare>(q, sm, parity, s);
+  issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare>(q, sm, parity, s);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operands(s);
@@ -173,15 +169,10 @@ __device__ __forceinline__ void issue_products_rs(uint32_t kv, int wg, const uin
   ptx::wgmma_commit_group();
 }
 
-// One arrival per warp of the releasing warpgroup on `empty` (Q's, or a half-stage's: then also
-// Hooks::freed, e.g. the same arrival on a cluster peer's barrier).
-template <class Hooks = NoRingHooks>
+// One arrival per warp of the releasing warpgroup on a half-stage's empty barrier.
 __device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at) {
   __syncwarp();
-  if (at.lane == 0) {
-    ptx::mbarrier_arrive(smem_u32(&empty));
-    Hooks::freed(empty);
-  }
+  if (at.lane == 0) ptx::mbarrier_arrive(smem_u32(&empty));
 }
 
 // A pair's last products, O += P V with P from a shared tile (the peer's), then frees `empty`
@@ -191,7 +182,7 @@ __device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at
 // barrier wait; S holds them on return. WG0 does so; WG1 does not: its next scores would then
 // run beside WG0's, both softmaxes would fall together, and the seesaw's stagger would be lost
 // (8-20 % slower at d576 h128, docs/kernels/sm90a_sparse_prefill.md).
-template <int kDqk, int kStage, class Hooks = NoRingHooks>
+template <int kDqk, int kStage, class Prepare = NoPrepare>
 __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_tile, int wg,
                                                         uint32_t q, Smem<kDqk>& sm, bool queue_next,
                                                         uint32_t next_parity, uint64_t& empty,
@@ -210,19 +201,19 @@ __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_
   ptx::wgmma_commit_group();
   if (queue_next) {
     constexpr int kFirst = kFirstScoreHalf<kStage>;
-    issue_score_half<kDqk, kStage, kFirst, true, Hooks>(q, sm, next_parity, s);
+    issue_score_half<kDqk, kStage, kFirst, true, Prepare>(q, sm, next_parity, s);
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<1>();
     ptx::wgmma_fence_operands(o);
-    release<Hooks>(empty, at);
-    issue_score_half<kDqk, kStage, 1 - kFirst, false, Hooks>(q, sm, next_parity, s);
+    release(empty, at);
+    issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare>(q, sm, next_parity, s);
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operands(s);
   } else {
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operands(o);
-    release<Hooks>(empty, at);
+    release(empty, at);
   }
 }
 
@@ -238,7 +229,7 @@ struct RowState {
 // WG0's pair, S0 = Q K0^T in s on entry: max after K0 (to WG1) -> P0 -> O_L += P0 V0_L -> the
 // pair's max (from WG1) -> P0 and O_L to it -> P0 to its tile (for WG1's O_R) -> O_L += P1 V1_L,
 // the next pair's S0 queued behind it.
-template <int kDqk, class Hooks = NoRingHooks>
+template <int kDqk, class Prepare = NoPrepare>
 __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, uint32_t p1_tile,
                                                  const ConsumerPlace& at, float scale_log2,
                                                  uint32_t pair, bool has_next, Smem<kDqk>& sm,
@@ -271,7 +262,7 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
   }
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operands(o);
-  release<Hooks>(sm.empty[0], at);  // K0 left: read by WG0 only
+  release(sm.empty[0], at);  // K0 left: read by WG0 only
   if (beta[0] != 1.0f || beta[1] != 1.0f) {
 #pragma unroll
     for (int i = 0; i < 32; i += 2) {
@@ -286,19 +277,19 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
   ptx::named_barrier_arrive(kP0Ready, kConsumerThreads);
   ptx::named_barrier_sync(kP1Ready, kConsumerThreads);
   // K1 left: WG1's scores finished before P1 was ready.
-  products_ss_then_scores<kDqk, 0, Hooks>(smem_u32(sm.kv[1]), p1_tile, 0, q, sm, has_next,
-                                          (pair + 1) & 1, sm.empty[2], at, o, s);
+  products_ss_then_scores<kDqk, 0, Prepare>(smem_u32(sm.kv[1]), p1_tile, 0, q, sm, has_next,
+                                            (pair + 1) & 1, sm.empty[2], at, o, s);
 }
 
 // WG1's pair: S1 = Q K1^T -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 ->
 // O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R. last: the item's last pair
 // (Q is free once its scores are done).
-template <int kDqk, class Hooks = NoRingHooks>
+template <int kDqk, class Prepare = NoPrepare>
 __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, uint32_t p0_tile,
                                                  const ConsumerPlace& at, float scale_log2,
                                                  uint32_t pair, bool last, Smem<kDqk>& sm,
                                                  RowState& st, float (&s)[32], float (&o)[128]) {
-  scores<kDqk, 1, Hooks>(q, sm, pair & 1, s);
+  scores<kDqk, 1, Prepare>(q, sm, pair & 1, s);
   if (last) release(sm.q_empty, at);
   float mx[2], m_use[2], alpha[2];
   mask_scores(sm.valid[1], at, scale_log2, s, mx);
@@ -322,11 +313,11 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
   ptx::named_barrier_arrive(kP1Ready, kConsumerThreads);
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operands(o);
-  release<Hooks>(sm.empty[3], at);  // K1 right: read by WG1 only
+  release(sm.empty[3], at);  // K1 right: read by WG1 only
   ptx::named_barrier_sync(kP0Ready, kConsumerThreads);
   // K0 right: WG0's scores finished before P0 was ready.
-  products_ss_then_scores<kDqk, 1, Hooks>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, false, 0,
-                                          sm.empty[1], at, o, s);
+  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, false, 0, sm.empty[1], at,
+                                   o, s);
 }
 
 // A 4 x 4 transpose of 32-bit words across the four lanes of a quad (q = lane % 4): on return
@@ -353,7 +344,7 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], int q) {
 // One work item's pairs (num_pairs >= 0) from the CTA's ring pair `ring_pairs` on, its Q at phase
 // `item_count` of q_full: o and st hold the item's accumulators and row state on return. The
 // item's last scores free Q (q_empty, both warpgroups), so the producer may load the next item's.
-template <int kDqk, class Hooks = NoRingHooks>
+template <int kDqk, class Prepare = NoPrepare>
 __device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile, uint8_t* p1_tile,
                                                    const ConsumerPlace& at, float scale_log2,
                                                    int num_pairs, uint32_t ring_pairs,
@@ -366,18 +357,18 @@ __device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile,
   // not stay live beside WG1's.
   float s[32];
   ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
-  if (num_pairs > 0 && at.wg == 0) scores<kDqk, 0, Hooks>(q, sm, ring_pairs & 1, s);
+  if (num_pairs > 0 && at.wg == 0) scores<kDqk, 0, Prepare>(q, sm, ring_pairs & 1, s);
   for (int pair = 0; pair < num_pairs; ++pair) {
     const bool has_next = pair + 1 < num_pairs;
     const uint32_t ring_pair = ring_pairs + pair;
     if (at.wg == 0) {
       // WG0's last scores of the item are done: with WG1's, the producer may load the next Q.
       if (!has_next) release(sm.q_empty, at);
-      consume_pair_wg0<kDqk, Hooks>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair,
-                                    has_next, sm, st, s, o);
+      consume_pair_wg0<kDqk, Prepare>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair,
+                                      has_next, sm, st, s, o);
     } else {
-      consume_pair_wg1<kDqk, Hooks>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair,
-                                    !has_next, sm, st, s, o);
+      consume_pair_wg1<kDqk, Prepare>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair,
+                                      !has_next, sm, st, s, o);
     }
   }
   if (num_pairs == 0) release(sm.q_empty, at);

@@ -13,18 +13,16 @@ namespace sparse_mla::cuda::sm90a {
 // The plan in dynamic shared memory `smem_raw` (sized Smem + 1 KiB): wgmma's 128-B swizzle is
 // computed from address bits, so tiles must sit on 1 KiB boundaries. Thread 0 initialises the
 // barriers (full: `full_arrivals`, the kernel's producer; q_full: the producer's 128 cp.async
-// arrivals; empty: `empty_arrivals`, the releasing warpgroup's warps, of both CTAs where a
-// cluster's CTAs share the ring's blocks; q_empty: the consumers' warps); every thread passes the
-// CTA barrier after.
+// arrivals; empty and q_empty: the consumers' warps); every thread passes the CTA barrier after.
 template <int kDqk>
-__device__ __forceinline__ Smem<kDqk>& set_up_seesaw_cta(uint8_t* smem_raw, uint32_t full_arrivals,
-                                                         uint32_t empty_arrivals = kEmptyArrivals) {
+__device__ __forceinline__ Smem<kDqk>& set_up_seesaw_cta(uint8_t* smem_raw,
+                                                         uint32_t full_arrivals) {
   auto& sm =
       *reinterpret_cast<Smem<kDqk>*>(smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023));
   if (threadIdx.x == 0) {
     for (int s = 0; s < 2 * kStages; ++s) {
       ptx::mbarrier_init_for_cluster(smem_u32(&sm.full[s]), full_arrivals);
-      ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]), empty_arrivals);
+      ptx::mbarrier_init_for_cluster(smem_u32(&sm.empty[s]), kEmptyArrivals);
     }
     ptx::mbarrier_init_for_cluster(smem_u32(&sm.q_full), kProducerThreads);
     ptx::mbarrier_init_for_cluster(smem_u32(&sm.q_empty), kQEmptyArrivals);

@@ -37,7 +37,6 @@
 #include "cuda/portable/sparse_decode/piece_target.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
-#include "cuda/runtime/pair_launch.h"
 #include "cuda/sm90a/seesaw/consumers.cuh"
 #include "cuda/sm90a/seesaw/cta.cuh"
 #include "cuda/sm90a/seesaw/producer_rows.cuh"
@@ -144,12 +143,11 @@ __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
 }
 
 // The rows' scales a half-stage's conversion needs travel with its copies: the chunk-0 producer
-// thread of each row cp.asyncs 8 bytes into the first 256 B of the row's region of the half's
-// first bf16 panel (scale_offset below; free until the conversion's first phase writes it):
-// v32_fp8 the two fp32 scales of the half's 256 dims (tiles of 128), v4_fp8 the row's eight ue8m0
-// bytes (tiles of 64; the half's four are bytes 4 half ..). Zero for an invalid row, whose raw
-// bytes are zero too. The converting thread holds its rows' in registers (v4_fp8: the half's four
-// bytes in x).
+// thread of each row cp.asyncs 8 bytes into the first 512 B of the half's own bf16 region (free
+// until the conversion's first phase writes it): v32_fp8 the two fp32 scales of the half's 256
+// dims (tiles of 128), v4_fp8 the row's eight ue8m0 bytes (tiles of 64; the half's four are
+// bytes 4 half ..). Zero for an invalid row, whose raw bytes are zero too. The converting thread
+// holds its four rows' in registers (v4_fp8: the half's four bytes in x).
 struct HalfScales {
   uint2 row[4];
 };
@@ -189,65 +187,42 @@ __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::Dec
                              rows.index[r], valid);
 }
 
-// Where a half-stage's raw bytes and scales sit (both CTAs of a cluster use the same plan). Rows
-// 32 k .. 32 k + 31 of a bf16 panel fill its bytes [4096 k, 4096 k + 4096): region k. Row
-// g + 16 r (g = ProducerPlace::group < 16) is in region r / 2; its scales take 8 B of region r / 2
-// of the half's first panel, its raw units [16 rows][P x 64 B] of region r / 2 of panel
-// P / 2 + r % 2, a panel that the conversion's first phase (panels [0, P / 2)) does not write. In
-// a cluster, CTA k converts the rows of region k and writes them into both CTAs, so the peer's
-// stores never touch the bytes this CTA still reads.
-inline constexpr uint32_t kRegionBytes = 32 * 128;
-
-template <int kPanels>
-__device__ __forceinline__ uint32_t raw_row_offset(int group, int r) {
-  return (kPanels / 2 + (r & 1)) * kPanelBytes + (r >> 1) * kRegionBytes + group * kPanels * 64;
-}
-
-__device__ __forceinline__ uint32_t scale_offset(int group, int r) {
-  return (r >> 1) * kRegionBytes + 8 * (group + 16 * (r & 1));
-}
-
-// One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on;
-// in a cluster the readers of both CTAs), check the slots (valid iff 0 <= index < the cache's
-// slots), write the block's validity flags with its first half, cp.async the raw fp8 units and
-// the rows' scales (in a cluster only the rows of this CTA's region, `rank`) and the bf16 tail
-// of every row, and arrive on the half's full barrier once they land
-// (cp.async.mbarrier.arrive.noinc) and, for the chunk-0 thread of each row, after its flags. The
-// scoring warpgroup converts the half (convert_half).
-template <class Traits, int kStage, int kHalf, bool kPaired>
+// One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
+// check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
+// with its first half, cp.async the raw fp8 units, the rows' scales and the bf16 tail, and arrive
+// on the half's full barrier once they land (cp.async.mbarrier.arrive.noinc) and, for the chunk-0
+// thread of each row, after its flags. The scoring warpgroup converts the half (convert_half).
+template <class Traits, int kStage, int kHalf>
 __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const CacheDividers& div,
                                            const BlockRows& rows, const ProducerPlace& at,
-                                           uint32_t ring_pair, bool writes_flags, uint32_t rank,
+                                           uint32_t ring_pair, bool writes_flags,
                                            Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kQuantPanels = Traits::kQuantDims / 64;
+  constexpr int kRawPitch = kPanels * 64;
   if (ring_pair > 0) {
     ptx::mbarrier_wait_parity(smem_u32(&sm.empty[2 * kStage + kHalf]), (ring_pair - 1) & 1);
   }
   const uint32_t tile = smem_u32(sm.kv[kStage]);
   const uint32_t half_base = tile + kHalf * kLeftPanels * kPanelBytes;
+  const uint32_t raw = half_base + kPanels * kPanelBytes / 2;
   const HalfUnits<kPanels> units(at.chunk);
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int row = at.group + 16 * r;
     bool valid;
     const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
-    const bool mine = !kPaired || static_cast<uint32_t>(r >> 1) == rank;
-    const uint32_t bytes = valid ? 16u : 0u;
     if (at.chunk == 0) {
       if (writes_flags) sm.valid[kStage][row] = valid ? 1 : 0;
-      if (mine) {
-        ptx::cp_async_ca_8(half_base + scale_offset(at.group, r),
-                           half_scale_source<Traits, kHalf>(src), valid ? 8u : 0u);
-      }
+      ptx::cp_async_ca_8(half_base + 8 * row, half_scale_source<Traits, kHalf>(src),
+                         valid ? 8u : 0u);
     }
-    if (mine) {
-      const uint8_t* fp8 = src.data + 256 * kHalf;
-      const uint32_t raw_row = half_base + raw_row_offset<kPanels>(at.group, r);
-      if (units.has_first)
-        ptx::cp_async_cg_16(raw_row + 16 * units.first, fp8 + 16 * units.first, bytes);
-      ptx::cp_async_cg_16(raw_row + 16 * units.second, fp8 + 16 * units.second, bytes);
-    }
+    const uint8_t* fp8 = src.data + 256 * kHalf;
+    const uint32_t raw_row = raw + row * kRawPitch;
+    const uint32_t bytes = valid ? 16u : 0u;
+    if (units.has_first)
+      ptx::cp_async_cg_16(raw_row + 16 * units.first, fp8 + 16 * units.first, bytes);
+    ptx::cp_async_cg_16(raw_row + 16 * units.second, fp8 + 16 * units.second, bytes);
     if constexpr (kHalf == 1) {
 #pragma unroll
       for (int panel = kQuantPanels; panel < Traits::kDqk / 64; ++panel) {
@@ -273,110 +248,81 @@ __device__ __forceinline__ float unit_scale(const uint2& scales, int u) {
   }
 }
 
-// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half, and in a
-// cluster into the peer's half too (st.async at `peer_half`, counted on its `peer_barrier`).
-template <class Traits, bool kPaired>
-__device__ __forceinline__ void store_unit(uint8_t* half_base, uint32_t peer_half,
-                                           uint32_t peer_barrier, int row, int u, const uint4& raw,
+// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half.
+template <class Traits>
+__device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, const uint4& raw,
                                            const uint2& scales) {
   const float scale = unit_scale<Traits>(scales, u);
   const int chunk = 2 * (u & 3);
-  const uint32_t row_offset = (u >> 2) * kPanelBytes + row * 128;
-  const uint32_t lo_offset = row_offset + ((chunk ^ (row & 7)) << 4);
-  const uint32_t hi_offset = row_offset + (((chunk + 1) ^ (row & 7)) << 4);
-  const uint4 lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
-  const uint4 hi = dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
-  *reinterpret_cast<uint4*>(half_base + lo_offset) = lo;
-  *reinterpret_cast<uint4*>(half_base + hi_offset) = hi;
-  if constexpr (kPaired) {
-    ptx::st_async_16(peer_half + lo_offset, lo, peer_barrier);
-    ptx::st_async_16(peer_half + hi_offset, hi, peer_barrier);
-  }
+  uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
+  *reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4)) =
+      dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
+  *reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4)) =
+      dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
 }
 
 // A half-stage's conversion by the warpgroup that scores it, once the half has landed (its full
 // barrier): thread t of the warpgroup takes the rows and units of producer thread t's copies
-// (ProducerPlace; in a cluster only the rows of this CTA's region). Its rows' scales are read
-// first, and a barrier of the warpgroup's 128 threads (kConvertBarrier + kStage: WG kStage
-// scores stage kStage) passes before phase 1 overwrites them. Phase 1 writes panels [0, P / 2),
-// which hold no raw bytes; phase 2's panels hold them, so their raw units are read into registers
-// before the second barrier and written after it. Then the async-proxy fence and a third barrier,
-// after which the warpgroup's MMAs may read its own rows; in a cluster it also waits for the
-// peer's rows (peer_full: the bytes of its st.async stores and this warpgroup's one arrival,
-// which announces them). The other warpgroup reads the half only after the P0 / P1 barrier that
-// this one reaches after its scores.
-template <class Traits, int kStage, int kHalf, bool kPaired>
-__device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm, uint32_t parity) {
+// (ProducerPlace). Its rows' scales are read first, and a barrier of the warpgroup's 128 threads
+// (kConvertBarrier + kStage: WG kStage scores stage kStage) passes before phase 1 overwrites them.
+// Phase 1 writes panels [0, P / 2), below the raw bytes; phase 2's panels cover them, so their raw
+// units are read into registers before the second barrier and written after it. Then the
+// async-proxy fence and a third barrier, after which the warpgroup's MMAs may read the half. The
+// other warpgroup reads it only after the P0 / P1 barrier that this one reaches after its scores.
+template <class Traits, int kStage, int kHalf>
+__device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
+  constexpr int kRawPitch = kPanels * 64;
+  const ProducerPlace at(static_cast<int>(threadIdx.x) & (kProducerThreads - 1));
   constexpr int barrier = kConvertBarrier + kStage;  // stage kStage's scorer is WG kStage
-  constexpr int kRows = kPaired ? 2 : 4;             // the thread's rows: g + 16 r
-  const int thread = static_cast<int>(threadIdx.x) & (kProducerThreads - 1);
-  const ProducerPlace at(thread);
   uint8_t* half_base = sm.kv[kStage] + kHalf * kLeftPanels * kPanelBytes;
-  const uint32_t rank = kPaired ? ptx::cluster_ctarank() : 0u;
-  const uint32_t peer_full = smem_u32(&sm.peer_full[2 * kStage + kHalf]);
-  uint32_t peer_half = 0, peer_barrier = 0;
-  if constexpr (kPaired) {
-    peer_half = ptx::map_shared_to_rank(smem_u32(half_base), rank ^ 1u);
-    peer_barrier = ptx::map_shared_to_rank(peer_full, rank ^ 1u);
-    // The peer's region: 32 rows x P panels x 128 B.
-    if (thread == 0) ptx::mbarrier_arrive_expect_tx(peer_full, 32 * kPanels * 128);
-  }
+  const uint8_t* raw = half_base + kPanels * kPanelBytes / 2;
   const HalfUnits<kPanels> units(at.chunk);
   HalfScales scales;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int r = kPaired ? static_cast<int>(2 * rank) + j : j;
-    const uint2 v = *reinterpret_cast<const uint2*>(half_base + scale_offset(at.group, r));
-    scales.row[j] = Traits::kScalesInRow ? v : make_uint2(kHalf == 0 ? v.x : v.y, 0u);
+  for (int r = 0; r < 4; ++r) {
+    const uint2 v = *reinterpret_cast<const uint2*>(half_base + 8 * (at.group + 16 * r));
+    scales.row[r] = Traits::kScalesInRow ? v : make_uint2(kHalf == 0 ? v.x : v.y, 0u);
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
-  uint4 held[kRows];
+  // Every raw unit of the thread is loaded before the first store: the compiler cannot move a
+  // load of the half's bytes past a store into them, so a load per row between the stores would
+  // wait out its latency each time.
+  uint4 first[4], second[4];
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int r = kPaired ? static_cast<int>(2 * rank) + j : j;
-    const uint8_t* raw_row = half_base + raw_row_offset<kPanels>(at.group, r);
-    held[j] = *reinterpret_cast<const uint4*>(raw_row + 16 * units.second);
-    if (units.has_first) {
-      store_unit<Traits, kPaired>(
-          half_base, peer_half, peer_barrier, at.group + 16 * r, units.first,
-          *reinterpret_cast<const uint4*>(raw_row + 16 * units.first), scales.row[j]);
+  for (int r = 0; r < 4; ++r) {
+    const uint8_t* raw_row = raw + (at.group + 16 * r) * kRawPitch;
+    if (units.has_first) first[r] = *reinterpret_cast<const uint4*>(raw_row + 16 * units.first);
+    second[r] = *reinterpret_cast<const uint4*>(raw_row + 16 * units.second);
+  }
+  if (units.has_first) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      store_unit<Traits>(half_base, at.group + 16 * r, units.first, first[r], scales.row[r]);
     }
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
-    const int r = kPaired ? static_cast<int>(2 * rank) + j : j;
-    store_unit<Traits, kPaired>(half_base, peer_half, peer_barrier, at.group + 16 * r, units.second,
-                                held[j], scales.row[j]);
+  for (int r = 0; r < 4; ++r) {
+    store_unit<Traits>(half_base, at.group + 16 * r, units.second, second[r], scales.row[r]);
   }
   ptx::fence_proxy_async_shared();
   ptx::named_barrier_sync(barrier, kProducerThreads);
-  if constexpr (kPaired) ptx::mbarrier_wait_parity(peer_full, parity);
 }
 
-// The seesaw's hooks (seesaw/consumers.cuh): the scoring warpgroup converts each half as it lands;
-// in a cluster every release of a half-stage also arrives on the peer's barrier, since the peer
-// writes its converted rows into this CTA's ring (and this CTA into the peer's).
-template <class Traits, bool kPaired>
-struct DecodeRingHooks {
+// The seesaw's hook between a half's landing and its scores (seesaw/consumers.cuh, Prepare).
+template <class Traits>
+struct ConvertInScorer {
   template <int kStage, int kHalf, class SmemT>
-  __device__ __forceinline__ static void landed(SmemT& sm, uint32_t parity) {
-    convert_half<Traits, kStage, kHalf, kPaired>(sm, parity);
-  }
-  __device__ __forceinline__ static void freed(uint64_t& empty) {
-    if constexpr (kPaired) {
-      ptx::mbarrier_arrive_cluster(
-          ptx::map_shared_to_rank(smem_u32(&empty), ptx::cluster_ctarank() ^ 1u));
-    }
+  __device__ __forceinline__ static void half(SmemT& sm) {
+    convert_half<Traits, kStage, kHalf>(sm);
   }
 };
 
-template <class Traits, bool kPaired>
+template <class Traits>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0, int t,
                                         Smem<Traits::kDqk>& sm) {
-  const uint32_t rank = kPaired ? ptx::cluster_ctarank() : 0u;
   constexpr int kDqk = Traits::kDqk;
   const detail::DecodeParams& p = launch.p;
   const ProducerPlace at(t);
@@ -406,10 +352,10 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
       const int next_block = w.begin + 2 * pair + 2;
       if (has_next) prefetch_slot<Traits>(p, div, w, next_block + ahead_block, ahead);
       ahead = list_entry(w, next_block + 2 + ahead_block, ahead_row);
-      issue_half<Traits, 0, 0, kPaired>(p, div, k0, at, ring_pair, true, rank, sm);
-      issue_half<Traits, 1, 1, kPaired>(p, div, k1, at, ring_pair, true, rank, sm);
-      issue_half<Traits, 0, 1, kPaired>(p, div, k0, at, ring_pair, false, rank, sm);
-      issue_half<Traits, 1, 0, kPaired>(p, div, k1, at, ring_pair, false, rank, sm);
+      issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
+      issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
+      issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
+      issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
       if (has_next) {
         k0 = block_rows(w, at, next_block);
         k1 = block_rows(w, at, next_block + 1);
@@ -446,7 +392,7 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
   }
 }
 
-template <class Traits, bool kPaired>
+template <class Traits>
 __device__ __forceinline__ void consume(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0, int t,
                                         Smem<Traits::kDqk>& sm) {
@@ -463,7 +409,7 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
     const Piece w(p, part, query);
     float o[128];
     RowState st;
-    consume_item_pairs<kDqk, DecodeRingHooks<Traits, kPaired>>(
+    consume_item_pairs<kDqk, ConvertInScorer<Traits>>(
         q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs, item_count, sm, st, o);
     ring_pairs += w.num_pairs;
     store_piece(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets), head0,
@@ -471,37 +417,23 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
   }
 }
 
-// kPaired: the two head groups of 65..128 heads as the two CTAs of a 2-CTA cluster (rank =
-// blockIdx.y), each converting the rows of its region of every half-stage for both (convert_half).
-// The cluster barriers after the set-up (every barrier initialised before a peer names it) and
-// before the exit (no CTA leaves while its peer may still write into its ring or arrive on its
-// barriers).
-template <class Traits, bool kPaired>
+template <class Traits>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90a_sparse_decode_kernel(const DecodeLaunch launch) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kDqk = Traits::kDqk;
   extern __shared__ uint8_t smem_raw[];
-  Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kFullArrivals,
-                                           kPaired ? 2 * kEmptyArrivals : kEmptyArrivals);
+  Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kFullArrivals);
   const int thread = threadIdx.x;
-  if constexpr (kPaired) {
-    if (thread == 0) {
-      for (int s = 0; s < 2 * kStages; ++s)
-        ptx::mbarrier_init_for_cluster(smem_u32(&sm.peer_full[s]), 1);
-    }
-    ptx::cluster_sync();
-  }
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const int head0 = static_cast<int>(blockIdx.y) * kHeadRows;
   if (thread >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce<Traits, kPaired>(launch, part, head0, thread - kConsumerThreads, sm);
+    produce<Traits>(launch, part, head0, thread - kConsumerThreads, sm);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<Traits, kPaired>(launch, part, head0, thread, sm);
+    consume<Traits>(launch, part, head0, thread, sm);
   }
-  if constexpr (kPaired) ptx::cluster_sync();
 #else
   __trap();
 #endif
@@ -512,41 +444,14 @@ int sm90a_decode_smem_bytes() {
   return static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
 }
 
-// Resident 2-CTA clusters of the paired kernel on the current device (0 where it cannot run or
-// the query fails): the paired launch's part count.
-template <KvCacheFormat kFormat, int kDqk>
-int sm90a_decode_pair_clusters() {
-  auto kernel = sm90a_sparse_decode_kernel<KvTraits<kFormat, kDqk>, true>;
-  const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
-  cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = pair_launch_config(1, kThreads, smem, nullptr, &cluster);
-  int clusters = 0;
-  if (ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return clusters;
-}
-
 template <KvCacheFormat kFormat, int kDqk>
 Status launch_sm90a_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   using Traits = KvTraits<kFormat, kDqk>;
-  const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
-  if (launch.pair_head_groups) {
-    auto kernel = sm90a_sparse_decode_kernel<Traits, true>;
-    SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-    cudaLaunchAttribute cluster;
-    const cudaLaunchConfig_t config =
-        pair_launch_config(launch.num_parts, kThreads, smem, stream, &cluster);
-    SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, launch));
-    return check_last_launch("sm90a_sparse_decode_kernel (paired)");
-  }
-  auto kernel = sm90a_sparse_decode_kernel<Traits, false>;
   const int head_groups = static_cast<int>((launch.p.problem.h_q + kHeadRows - 1) / kHeadRows);
-  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
+  const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_decode_kernel<Traits>, smem));
   const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
-  kernel<<<grid, kThreads, smem, stream>>>(launch);
+  sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);
   return check_last_launch("sm90a_sparse_decode_kernel");
 }
 
