@@ -63,20 +63,28 @@ struct SlotRows {
   const uint8_t* scales;  // nullptr where the scales are in the data row
 };
 
+// The rows of token t of page `page`, pages of `page_size` (= cache.page_block_size) tokens: a
+// caller that splits slots its own way (the Hopper decode's multiply-high PageDivider) starts
+// here.
 template <class Traits>
-__device__ __forceinline__ SlotRows slot_rows(const detail::KvCacheParams& cache, uint32_t slot) {
-  const uint32_t page_size = static_cast<uint32_t>(cache.page_block_size);
-  const uint32_t page = slot / page_size;
-  const uint32_t t = slot - page * page_size;
+__device__ __forceinline__ SlotRows page_token_rows(const detail::KvCacheParams& cache,
+                                                    int64_t page_size, uint32_t page, uint32_t t) {
   const uint8_t* block_base = cache.data + static_cast<int64_t>(page) * cache.block_stride_bytes;
   SlotRows rows;
   rows.data = block_base + static_cast<int64_t>(t) * Traits::kDataRowBytes;
   rows.scales = nullptr;
   if constexpr (!Traits::kScalesInRow) {
-    rows.scales = block_base + cache.page_block_size * Traits::kDataRowBytes +
+    rows.scales = block_base + page_size * Traits::kDataRowBytes +
                   static_cast<int64_t>(t) * Traits::kScaleRowBytes;
   }
   return rows;
+}
+
+template <class Traits>
+__device__ __forceinline__ SlotRows slot_rows(const detail::KvCacheParams& cache, uint32_t slot) {
+  const uint32_t page_size = static_cast<uint32_t>(cache.page_block_size);
+  const uint32_t page = slot / page_size;
+  return page_token_rows<Traits>(cache, cache.page_block_size, page, slot - page * page_size);
 }
 
 // load (Q): the head group's rows of query (b, s); heads >= h_q are zero-filled from head 0.

@@ -112,16 +112,8 @@ __device__ __forceinline__ portable_decode::SlotRows locate_slot(const detail::K
   *valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
   const uint32_t slot = *valid ? static_cast<uint32_t>(index) : 0u;
   const uint32_t page = div.page(slot);
-  const uint32_t t = slot - page * div.page_size;
-  const uint8_t* block_base = cache.data + static_cast<int64_t>(page) * cache.block_stride_bytes;
-  portable_decode::SlotRows rows;
-  rows.data = block_base + static_cast<int64_t>(t) * Traits::kDataRowBytes;
-  rows.scales = nullptr;
-  if constexpr (!Traits::kScalesInRow) {
-    rows.scales = block_base + static_cast<int64_t>(div.page_size) * Traits::kDataRowBytes +
-                  static_cast<int64_t>(t) * Traits::kScaleRowBytes;
-  }
-  return rows;
+  return portable_decode::page_token_rows<Traits>(cache, div.page_size, page,
+                                                  slot - page * div.page_size);
 }
 
 // The L2 prefetch that runs a pair ahead of the copies: producer thread t owns row t % 64 of block
