@@ -238,9 +238,10 @@ DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem
 }
 
 int64_t sm90a_decode_pairs(const SparseDecodeProblem& problem) {
-  const int64_t blocks =
-      planning::query_blocks(problem.topk, problem.has_extra ? problem.extra_topk : 0, 64);
-  return problem.b * problem.s_q * decode_head_groups(problem.h_q, 64) * ((blocks + 1) / 2);
+  const int64_t blocks = planning::query_blocks(
+      problem.topk, problem.has_extra ? problem.extra_topk : 0, kSm90aDecodeBlockKeys);
+  return problem.b * problem.s_q * decode_head_groups(problem.h_q, kSm90aDecodeRows) *
+         ((blocks + 1) / 2);
 }
 
 bool sm90a_decode_by_default(const SparseDecodeProblem& problem, int sm_count) {

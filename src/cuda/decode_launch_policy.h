@@ -100,6 +100,11 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
                                               const DeviceLimits& limits, int rows, int block_keys);
 
+// The Hopper decode's tile (sm90a/seesaw/config.cuh: kHeadRows, kBlockKeys): 64 head rows per
+// CTA, 64-key blocks, scored in pairs.
+inline constexpr int kSm90aDecodeRows = 64;
+inline constexpr int kSm90aDecodeBlockKeys = 64;
+
 // Whether the Hopper decode (sm90a/sparse_decode) is the default for a problem it can run, with
 // SMLA_DECODE_SM90A unset: when its launch gives every SM at least kSm90aDecodeMinPairsPerSm pairs
 // of 64-key blocks with full lists (b * s_q queries x head groups x ceil(blocks / 2) pairs over

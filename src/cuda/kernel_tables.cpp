@@ -462,7 +462,8 @@ bool sm90a_decode_supports(const SparseDecodeProblem& problem, std::string* why_
   return sm90a_decode_entry(problem, why_not) != nullptr;
 }
 
-constexpr int kSm90aDecodeRows = 64, kSm90aDecodeBlockKeys = 64;
+using cuda::kSm90aDecodeBlockKeys;
+using cuda::kSm90aDecodeRows;
 
 Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, DecodePlan* plan) {
   std::string why_not;
