@@ -240,20 +240,17 @@ __device__ __forceinline__ float unit_scale(const uint2& scales, int u) {
   }
 }
 
-// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half: the
-// power-of-two path, rewritten by the fp32 path where that does not apply (fp8_dequant.cuh).
+// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half.
 template <class Traits>
 __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, const uint4& raw,
                                            const uint2& scales) {
   const float scale = unit_scale<Traits>(scales, u);
   const int chunk = 2 * (u & 3);
   uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
-  uint4* lo = reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4));
-  uint4* hi = reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4));
-  if (!dequant_e4m3x16_pow2(raw, pow2_scale_bf16x2(scale), lo, hi)) {
-    *lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
-    *hi = dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
-  }
+  *reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4)) =
+      dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
+  *reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4)) =
+      dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
 }
 
 // A half-stage's conversion by the warpgroup that scores it, once the half has landed (its full
