@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -49,10 +50,15 @@ std::string describe(const verify::PrefillRecipe& r) {
          (r.topk_length ? " topk_length" : "") + (r.padded_strides ? " padded" : "");
 }
 
-void check_case(const verify::PrefillRecipe& recipe) {
+// edit, where given, may shorten the case's topk_length entries before it is uploaded (rows past
+// a shortened list are still in the case, so nothing poisoned is read; the reference reads the
+// edited lengths).
+void check_case(const verify::PrefillRecipe& recipe,
+                const std::function<void(verify::PrefillCase*)>& edit = {}) {
   SCOPED_TRACE(describe(recipe));
   verify::PrefillCase c;
   SMLA_ASSERT_OK(verify::make_prefill_case(recipe, &c));
+  if (edit) edit(&c);
   verify::DevicePrefillInputs inputs;
   SMLA_ASSERT_OK(verify::upload(c, kGpu, &inputs));
 
@@ -120,6 +126,26 @@ TEST_P(PortablePrefill, TopkAndFeatures) {
       r.padded_strides = variant != 0;
       check_case(r);
     }
+  }
+}
+
+// Every other token's list empty (topk_length 0) between full ones, one head group per token: a
+// CTA of the Hopper prefill's persistent grid walks many items, and after an item without pairs
+// one consumer warpgroup runs ahead into the next item's epilogue while the other still stores
+// the previous item's max_logits from what its peer published (a race that gave 6 of 896
+// max_logits wrong under compute-sanitizer). 96 tokens, s_kv 300, topk 128 (one pair per item);
+// run with the grid capped at 3 CTAs (tests/cpp/CMakeLists.txt), each CTA's items alternate.
+TEST_P(PortablePrefill, EmptyListsBetweenFullOnes) {
+  SMLA_SKIP_WITHOUT_GPU();
+  for (int variant = 0; variant < 2; ++variant) {
+    verify::PrefillRecipe r = Shape{96, 300, 64, 128}.recipe(GetParam(), 9600 + variant);
+    r.topk_length = true;
+    r.empty_queries = false;
+    r.attn_sink = variant == 1;
+    check_case(r, [](verify::PrefillCase* c) {
+      const int64_t stride = c->topk_length.size() / c->recipe.s_q;
+      for (int64_t i = 1; i < c->recipe.s_q; i += 2) c->topk_length[i * stride] = 0;
+    });
   }
 }
 
