@@ -375,10 +375,15 @@ __device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile,
 }
 
 // The epilogue's first step: each warpgroup's row sums (quad sums of the threads' shares) into
-// row_sum[wg] (one of two buffers by item parity: the peer may still read the previous item's)
-// and, where row_max_peer is given, WG1's true row max into it (WG0 read row_max[1] last in its
-// final pair, before it marked P0 ready, which WG1's final products waited for); then the
-// barrier after which either warpgroup reads both.
+// row_sum[wg] (one of two buffers by item parity: after an item without pairs the peer may still
+// read the previous item's) and, where row_max_peer is given, WG1's true row max into it; then
+// the barrier after which either warpgroup reads both. row_max_peer is one buffer, so it may be
+// given only for an item with pairs: then WG0 read row_max[1] last in the item's final pair,
+// before it marked P0 ready, which WG1's final products waited for, and its store of the
+// previous item was done before it let WG1 into the item's first pair (kWg0MaxReady). After an
+// item without pairs WG1 would write it while WG0 may still be reading the previous item's
+// (6 of 896 max_logits wrong under compute-sanitizer, s_q 7 h_q 128 topk 200 with lengths 0);
+// such an item's rows are empty and read no max.
 __device__ __forceinline__ void publish_row_sums(const ConsumerPlace& at, RowState& st,
                                                  float (&row_sum)[2][kHeadRows],
                                                  float* row_max_peer) {

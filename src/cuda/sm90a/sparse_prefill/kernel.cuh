@@ -155,17 +155,19 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
 
 // The item's output: row sums over both warpgroups' keys (through row_sum, one of two buffers by
 // item parity: the peer may still read the previous item's), the output scale with the sink; out
-// from the accumulators, max_logits and lse in natural log by WG0. A quad holds 8 consecutive
-// columns of a row per accumulator slice (4 B per lane); quad_transpose turns 4 slices into 16
-// consecutive bytes per lane, so each 16-B store fills whole 32-B sectors (16 STG.128 per thread
-// where 64 STG.32 wrote half sectors; ncu at d512 h64 topk 512: the 4-B stores held 16 % of the
-// consumers' stall samples, LSU-throttled). out rows are 16-B aligned (core/validate).
+// from the accumulators, max_logits and lse in natural log by WG0, max_logits from both
+// warpgroups' true maxima (WG1's through row_max_peer, given only for an item with pairs: see
+// publish_row_sums; a row of an item without pairs is empty and reads none). A quad holds 8
+// consecutive columns of a row per accumulator slice (4 B per lane); quad_transpose turns 4 slices
+// into 16 consecutive bytes per lane, so each 16-B store fills whole 32-B sectors (16 STG.128 per
+// thread where 64 STG.32 wrote half sectors; ncu at d512 h64 topk 512: the 4-B stores held 16 % of
+// the consumers' stall samples, LSU-throttled). out rows are 16-B aligned (core/validate).
 __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64_t token, int head0,
-                                           const ConsumerPlace& at, RowState& st,
+                                           bool has_pairs, const ConsumerPlace& at, RowState& st,
                                            const float (&o)[128], float (&row_sum)[2][kHeadRows],
                                            float (&row_max_peer)[kHeadRows]) {
   const float(&m)[2] = st.m;
-  publish_row_sums(at, st, row_sum, row_max_peer);
+  publish_row_sums(at, st, row_sum, has_pairs ? row_max_peer : nullptr);
   const int quad_lane = at.lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -223,7 +225,8 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int head
     consume_item_pairs<kDqk>(q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs,
                              item_count, sm, st, o);
     ring_pairs += w.num_pairs;
-    store_item(p, w.token, w.head0, at, st, o, sm.row_sum[item_count & 1], sm.row_max[1]);
+    store_item(p, w.token, w.head0, w.num_pairs > 0, at, st, o, sm.row_sum[item_count & 1],
+               sm.row_max[1]);
   }
 }
 
