@@ -14,11 +14,17 @@
 
 #include <cstdint>
 
+#include "cuda/decode_launch_policy.h"  // kSm90aDecodeRows, kSm90aDecodeBlockKeys
 #include "cuda/sm90a/seesaw/config.cuh"
 
 namespace sparse_mla::cuda::sm90a_decode {
 
 using namespace ::sparse_mla::cuda::sm90a;  // the seesaw's plan and consumers
+
+// The host's launch shape and plan (decode_launch_policy.h, kernel_tables.cpp) name the tile
+// without this header; they must name this one.
+static_assert(kSm90aDecodeRows == kHeadRows && kSm90aDecodeBlockKeys == kBlockKeys,
+              "decode_launch_policy.h's Hopper decode tile differs from the seesaw's");
 
 // Full barrier of a half-stage (its raw bytes, scales and tail landed): the producer's 128
 // cp.async arrivals plus one plain arrival per group of 8 threads (after the block's validity
