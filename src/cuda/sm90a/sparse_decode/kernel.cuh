@@ -21,7 +21,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
@@ -46,25 +45,6 @@
 #include "planning/decode_schedule_builder.h"
 
 namespace sparse_mla::cuda::sm90a_decode {
-
-// EXPERIMENT (timeline probe, to be reverted): %globaltimer stamps of three threads per CTA
-// (producer thread 0, WG0 thread 0, WG1 thread 0), printed for a few CTAs of the 10th launch.
-__device__ unsigned long long g_tl[1024][3][40];
-__device__ int g_tl_n[1024][3];
-__device__ unsigned int g_tl_launches;
-__device__ __forceinline__ unsigned long long tl_now() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-__device__ __forceinline__ void tl_rec(int role, int ev, int arg) {
-  if (blockIdx.x >= 1024 || blockIdx.y != 0) return;
-  int& n = g_tl_n[blockIdx.x][role];
-  if (n < 39)
-    g_tl[blockIdx.x][role][n++] = (static_cast<unsigned long long>(ev) << 56) |
-                                  (static_cast<unsigned long long>(arg & 0xff) << 48) |
-                                  (tl_now() & 0xffffffffffffull);
-}
 
 using portable_decode::DecodeLaunch;
 using portable_decode::QueryLists;
@@ -348,7 +328,6 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
     BlockRows k1 = block_rows(w, at, w.begin + 1);
     int32_t ahead = list_entry(w, w.begin + 2 + ahead_block, ahead_row);  // pair 1's
     if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
-    if (t == 0) tl_rec(0, 1, w.num_pairs);  // Q copy issued
     const uint8_t* q =
         reinterpret_cast<const uint8_t*>(p.q + w.b * p.q_stride_b + w.s * p.q_stride_s);
     copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
@@ -369,7 +348,6 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
       issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
       issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
       issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
-      if (t == 0) tl_rec(0, 2, pair);  // the pair's four halves issued
       if (has_next) {
         k0 = block_rows(w, at, next_block);
         k1 = block_rows(w, at, next_block + 1);
@@ -423,14 +401,11 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
     const Piece w(p, part, query);
     float o[128];
     RowState st;
-    if ((t & 127) == 0) tl_rec(1 + (t >> 7), 3, w.num_pairs);  // piece start
     consume_item_pairs<kDqk, ConvertInScorer<Traits>>(
         q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs, item_count, sm, st, o);
     ring_pairs += w.num_pairs;
-    if ((t & 127) == 0) tl_rec(1 + (t >> 7), 4, w.num_pairs);  // pairs done
     store_piece(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets), head0,
                 at, st, o, sm.row_sum[item_count & 1]);
-    if ((t & 127) == 0) tl_rec(1 + (t >> 7), 5, static_cast<int>(w.lists.blocks_total));  // stored
   }
 }
 
@@ -440,16 +415,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kDqk = Traits::kDqk;
   extern __shared__ uint8_t smem_raw[];
-  const unsigned long long tl_entry = tl_now();
-  __shared__ unsigned int tl_launch;
-  if (threadIdx.x == 0 && blockIdx.x < 1024 && blockIdx.y == 0) {
-    tl_launch = atomicAdd(&g_tl_launches, 1u) / gridDim.x;
-    for (int r = 0; r < 3; ++r) g_tl_n[blockIdx.x][r] = 0;
-    g_tl[blockIdx.x][0][39] = tl_entry;
-  }
   Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kFullArrivals);
   const int thread = threadIdx.x;
-  if (thread == 0) tl_rec(1, 0, 0);  // set up
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const int head0 = static_cast<int>(blockIdx.y) * kHeadRows;
   if (thread >= kConsumerThreads) {
@@ -458,23 +425,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
     consume<Traits>(launch, part, head0, thread, sm);
-  }
-  if ((thread & 127) == 0) tl_rec(thread >> 7 == 2 ? 0 : 1 + (thread >> 7), 6, 0);  // role done
-  __syncthreads();
-  if (thread == 0 && blockIdx.y == 0 && tl_launch == 10 &&
-      (blockIdx.x < 3 || blockIdx.x == gridDim.x - 1 || blockIdx.x == gridDim.x / 2)) {
-    const unsigned long long t0 = g_tl[blockIdx.x][0][39];
-    printf("TL blk %d grid %d entry %llu part q %d..%d blocks %d..%d\n", blockIdx.x, gridDim.x,
-           t0 & 0xffffffffffffull, part.begin_query, part.end_query, part.begin_block,
-           part.end_block);
-    for (int r = 0; r < 3; ++r) {
-      for (int k = 0; k < g_tl_n[blockIdx.x][r] && k < 39; ++k) {
-        const unsigned long long v = g_tl[blockIdx.x][r][k];
-        printf("TL blk %d role %d ev %d arg %d t %lld\n", blockIdx.x, r, int(v >> 56),
-               int((v >> 48) & 0xff),
-               (long long)((v & 0xffffffffffffull) - (t0 & 0xffffffffffffull)));
-      }
-    }
   }
 #else
   __trap();
