@@ -21,9 +21,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <string>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
@@ -446,30 +443,6 @@ Status launch_sm90a_sparse_decode(const DecodeLaunch& launch, cudaStream_t strea
   const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_decode_kernel<Traits>, smem));
   const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
-  // EXPERIMENT (to be reverted): SMLA_EXP_WARM = none | grid1 | full launches the kernel on one
-  // CTA (its code into L2) or the whole grid (code and data) before the timed launch, and prints
-  // the timed launch's own event time.
-  static const char* warm = std::getenv("SMLA_EXP_WARM");
-  if (warm != nullptr) {
-    static cudaEvent_t e0 = nullptr, e1 = nullptr;
-    if (e0 == nullptr) {
-      cudaEventCreate(&e0);
-      cudaEventCreate(&e1);
-    }
-    if (std::string(warm) == "grid1") {
-      sm90a_sparse_decode_kernel<Traits><<<dim3(1, 1), kThreads, smem, stream>>>(launch);
-    } else if (std::string(warm) == "full") {
-      sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);
-    }
-    cudaEventRecord(e0, stream);
-    sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);
-    cudaEventRecord(e1, stream);
-    cudaEventSynchronize(e1);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, e0, e1);
-    std::fprintf(stderr, "EXPK %s %.2f\n", warm, ms * 1000.0f);
-    return check_last_launch("sm90a_sparse_decode_kernel");
-  }
   sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);
   return check_last_launch("sm90a_sparse_decode_kernel");
 }
