@@ -30,6 +30,7 @@
 #include "cuda/device/ptx/barrier.cuh"
 #include "cuda/device/ptx/cluster.cuh"  // mbarrier init and wait
 #include "cuda/device/ptx/cp_async.cuh"
+#include "cuda/device/ptx/grid_dependency.cuh"
 #include "cuda/device/ptx/warpgroup.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
@@ -322,20 +323,29 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
   const int ahead_block = t / kBlockKeys, ahead_row = t % kBlockKeys;  // prefetch_slot's row
   uint32_t ring_pairs = 0;  // pairs of the pieces before this one: the ring's phase
   uint32_t item_count = 0;
-  for (int32_t query = part.begin_query; query <= part.end_query; ++query, ++item_count) {
-    const Piece w(p, part, query);
-    BlockRows k0 = block_rows(w, at, w.begin);
-    BlockRows k1 = block_rows(w, at, w.begin + 1);
-    int32_t ahead = list_entry(w, w.begin + 2 + ahead_block, ahead_row);  // pair 1's
-    if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
-    const uint8_t* q =
-        reinterpret_cast<const uint8_t*>(p.q + w.b * p.q_stride_b + w.s * p.q_stride_s);
+  // The head group's rows of query (b, s) into the Q tile; the consumers wait on q_full.
+  const auto copy_q = [&](int64_t b, int64_t s) {
+    const uint8_t* q = reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
     copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
       const int head = head0 + at.group + 16 * r;
       *valid = head < p.problem.h_q;
       return q + (*valid ? head : 0) * p.q_stride_h * 2;
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
+  };
+  for (int32_t query = part.begin_query; query <= part.end_query; ++query, ++item_count) {
+    // The first piece's Q is issued before its list entries, whose loads wait for the list
+    // lengths (one dependent load); a later piece's entries are loaded while the consumers still
+    // score the previous piece, and its Q only once they are done with the previous one.
+    if (item_count == 0) copy_q(query / p.problem.s_q, query % p.problem.s_q);
+    const Piece w(p, part, query);
+    BlockRows k0 = block_rows(w, at, w.begin);
+    BlockRows k1 = block_rows(w, at, w.begin + 1);
+    int32_t ahead = list_entry(w, w.begin + 2 + ahead_block, ahead_row);  // pair 1's
+    if (item_count > 0) {
+      ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
+      copy_q(w.b, w.s);
+    }
     for (int pair = 0; pair < w.num_pairs; ++pair) {
       // The halves' copies in the order the consumers free them, the next pair's rows
       // L2-prefetched first; the scoring warpgroups convert them.
@@ -419,6 +429,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int thread = threadIdx.x;
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const int head0 = static_cast<int>(blockIdx.y) * kHeadRows;
+  // The combine (a programmatic dependent launch, combine/split_combine.cu) may be launched now:
+  // its CTAs take the SMs as this grid's CTAs leave and wait there for the whole grid's results
+  // (griddepcontrol.wait), so its launch no longer follows this grid's end. Only for a
+  // grid of one wave (the launch shape's one CTA per SM), where no CTA of this grid can be left
+  // waiting for an SM that a waiting combine CTA holds.
+  if (gridDim.x * gridDim.y <= ptx::sm_count()) ptx::launch_dependents();
   if (thread >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();
     produce<Traits>(launch, part, head0, thread - kConsumerThreads, sm);
