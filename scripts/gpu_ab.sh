@@ -43,9 +43,7 @@ if [[ $PATCH != none ]]; then
 fi
 
 build() {  # build SOURCE_DIR BUILD_DIR
-  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMLA_ENABLE_CUDA=ON \
-    -DSMLA_CUDA_ARCHS=90a -DSMLA_BUILD_TESTS=OFF -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 \
-    "-DCMAKE_PREFIX_PATH=$1/.gpu-deps" >/dev/null && cmake --build "$2" -j 8 --target sparse-mla >/dev/null
+  bash "$ROOT/scripts/build_cli.sh" "$1" "$2" "$2.log" 8
 }
 BUILDS=$(mktemp -d)  # fresh per call: a warm machine keeps /tmp, and CMake refuses a moved source
 pids=()

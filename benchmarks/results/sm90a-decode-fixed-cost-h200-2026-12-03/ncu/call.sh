@@ -5,7 +5,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD; BUILD=$ROOT/build-gpu
 t0=$(date +%s)
-cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DSMLA_ENABLE_CUDA=ON -DSMLA_CUDA_ARCHS=90a -DSMLA_BUILD_TESTS=OFF -DCMAKE_CUDA20_STANDARD_COMPILE_OPTION=-std=c++20 "-DCMAKE_PREFIX_PATH=$ROOT/.gpu-deps" > $OUT/build.log 2>&1 && cmake --build $BUILD -j 16 --target sparse-mla >> $OUT/build.log 2>&1 || { echo BUILD FAILED; grep -B2 -A10 error $OUT/build.log | head -40; exit 1; }
+bash scripts/build_cli.sh . $BUILD $OUT/build.log || { echo BUILD FAILED; grep -B2 -A10 error $OUT/build.log | head -40; exit 1; }
 echo "build $(( $(date +%s) - t0 )) s"
 B=$BUILD/sparse-mla
 CUOBJ=$(command -v cuobjdump || echo /usr/local/cuda/bin/cuobjdump)
