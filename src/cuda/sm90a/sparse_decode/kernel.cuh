@@ -278,10 +278,10 @@ __device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
     scales.row[r] = Traits::kScalesInRow ? v : make_uint2(kHalf == 0 ? v.x : v.y, 0u);
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
-  // Phase 2's raw units are held in registers across the barrier. Both phases convert two rows
-  // per turn of a loop that is not unrolled (two turns): the code of two units per phase instead
-  // of four. Each turn takes rows 0 and 1 of the held units and scales, which then move down by
-  // two (constant indices: an index that depends on the turn would put them in local memory).
+  // Phase 2's raw units are held in registers across the barrier. Both phases convert one row
+  // per turn of a loop that is not unrolled (four turns): the code of one unit per phase instead
+  // of four. Each turn takes row 0 of the held units and scales, which then move down by one
+  // (constant indices: an index that depends on the turn would put them in local memory).
   uint4 second[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
@@ -291,25 +291,25 @@ __device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
   if (units.has_first) {
     HalfScales turn = scales;
 #pragma unroll 1
-    for (int r = 0; r < 4; r += 2) {
-      const uint8_t* raw_row = raw + (at.group + 16 * r) * kRawPitch + 16 * units.first;
-      const uint4 a = *reinterpret_cast<const uint4*>(raw_row);
-      const uint4 b = *reinterpret_cast<const uint4*>(raw_row + 16 * kRawPitch);
+    for (int r = 0; r < 4; ++r) {
+      const uint4 a =
+          *reinterpret_cast<const uint4*>(raw + (at.group + 16 * r) * kRawPitch + 16 * units.first);
       store_unit<Traits>(half_base, at.group + 16 * r, units.first, a, turn.row[0]);
-      store_unit<Traits>(half_base, at.group + 16 * r + 16, units.first, b, turn.row[1]);
-      turn.row[0] = turn.row[2];
-      turn.row[1] = turn.row[3];
+      turn.row[0] = turn.row[1];
+      turn.row[1] = turn.row[2];
+      turn.row[2] = turn.row[3];
     }
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
 #pragma unroll 1
-  for (int r = 0; r < 4; r += 2) {
+  for (int r = 0; r < 4; ++r) {
     store_unit<Traits>(half_base, at.group + 16 * r, units.second, second[0], scales.row[0]);
-    store_unit<Traits>(half_base, at.group + 16 * r + 16, units.second, second[1], scales.row[1]);
-    second[0] = second[2];
-    second[1] = second[3];
-    scales.row[0] = scales.row[2];
-    scales.row[1] = scales.row[3];
+    second[0] = second[1];
+    second[1] = second[2];
+    second[2] = second[3];
+    scales.row[0] = scales.row[1];
+    scales.row[1] = scales.row[2];
+    scales.row[2] = scales.row[3];
   }
   ptx::fence_proxy_async_shared();
   ptx::named_barrier_sync(barrier, kProducerThreads);
