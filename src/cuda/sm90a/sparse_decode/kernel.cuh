@@ -102,6 +102,15 @@ struct CacheDividers {
   __device__ __forceinline__ explicit CacheDividers(const detail::DecodeParams& p)
       : main(static_cast<uint32_t>(p.cache.page_block_size)),
         extra(p.has_extra ? static_cast<uint32_t>(p.extra_cache.page_block_size) : 1u) {}
+  // One cache's divider, chosen field by field: `in_main ? main : extra` would take the address
+  // of one of the two, which puts both in local memory (three local loads per row).
+  __device__ __forceinline__ PageDivider of(bool in_main) const {
+    PageDivider d = extra;
+    d.page_size = in_main ? main.page_size : extra.page_size;
+    d.magic = in_main ? main.magic : extra.magic;
+    d.shift = in_main ? main.shift : extra.shift;
+    return d;
+  }
 };
 
 // Slot `index` of `cache`: whether it is valid (0 <= index < the cache's slots) and its data and
@@ -128,8 +137,8 @@ __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
   if (block >= w.end) return;
   const bool main = block < w.lists.blocks_main;
   bool valid;
-  const portable_decode::SlotRows src = locate_slot<Traits>(
-      main ? p.cache : p.extra_cache, main ? div.main : div.extra, index, &valid);
+  const portable_decode::SlotRows src =
+      locate_slot<Traits>(main ? p.cache : p.extra_cache, div.of(main), index, &valid);
   if (!valid) return;
   ptx::prefetch_l2_bulk(src.data, Traits::kDataRowBytes);
   if constexpr (!Traits::kScalesInRow) ptx::prefetch_l2(src.scales);
@@ -176,8 +185,8 @@ __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::Dec
                                                                const CacheDividers& div,
                                                                const BlockRows& rows, int r,
                                                                bool* valid) {
-  return locate_slot<Traits>(rows.main ? p.cache : p.extra_cache, rows.main ? div.main : div.extra,
-                             rows.index[r], valid);
+  return locate_slot<Traits>(rows.main ? p.cache : p.extra_cache, div.of(rows.main), rows.index[r],
+                             valid);
 }
 
 // One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
