@@ -15,6 +15,8 @@
 #   SMLA_AB_B_CHECK=1    B is built and checked by its own scripts/gpu_check.sh (GPU tests,
 #                        memcheck, racecheck, synccheck on SMLA_SANITIZER_FILTER, no benchmarks) into
 #                        OUT_DIR/b-check before the A/B; a failed check stops the A/B.
+#                        Its budget: SMLA_AB_CHECK_BUDGET_S (default 420 s; the build takes
+#                        ~60 s and the GPU tests ~125 s of it).
 #   SMLA_AB_ENV="K=V ..." environment for both sides' bench runs and B's check (e.g.
 #                        SMLA_DECODE_PAIR_HEAD_GROUPS=1 to force a launch choice).
 #   SMLA_AB_A_ENV / SMLA_AB_B_ENV="K=V ..." environment for one side's bench runs only (with
@@ -59,7 +61,7 @@ elif [[ ${SMLA_AB_B_CHECK:-0} == 1 ]]; then
   B_BIN=$B_TREE/build-gpu/sparse-mla
   for pid in "${pids[@]}"; do wait "$pid" || { echo "gpu_ab: build A failed"; exit 1; }; done
   pids=()
-  env "${AB_ENV[@]}" SMLA_BENCH_SUITES=none SMLA_GPU_CHECK_BUDGET_S=300 \
+  env "${AB_ENV[@]}" SMLA_BENCH_SUITES=none SMLA_GPU_CHECK_BUDGET_S=${SMLA_AB_CHECK_BUDGET_S:-420} \
     bash "$B_TREE/scripts/gpu_check.sh" "$OUT_DIR/b-check" | tail -8 ||
     { echo "gpu_ab: B's gpu_check failed (see $OUT_DIR/b-check)"; exit 1; }
 else
