@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""The decode rows as an engine calls them: ``sparse_mla.flash_mla.flash_mla_with_kvcache``.
+
+Each row of docs/flashmla_baseline.md's decode table (V3.2 h_q 128 topk 2048 at b 2 / 64 / 128;
+V4 h_q 64 topk 128 + 512 extra and h_q 128 topk 128 + 1024 extra at b 2 / 64 / 128 / 256; s_q 2)
+and the tensor-parallel shards of ../shared/PERFORMANCE.md (V4 h_q 16 / 32 with 1024 extra at b
+128 s_q 2; V4 h_q 8 / 16 with 512 extra at s_q 1, b 1 / 12 / 64 / 128, against FlashMLA padded to
+64 heads) is timed three ways, the call's holder filled first (a decode step's later layers):
+
+- **isolated call**: ``host_time.time_isolated`` (synchronise, then the Python call: host wall;
+  a sleep kernel, then CUDA events around the same call: device time; their sum);
+- **CUDA graph**: the call captured once, each replay preceded by a write of a 256 MiB buffer
+  (outside the events) so that L2 holds none of the call's rows; device time of the replay;
+- **eager, L2 flushed**: the same flush, then events around an eager call: what ``sparse-mla
+  bench`` measures, through the Python package.
+
+Two equalities per row: the graph's output equals the eager call's bit for bit, and so it does
+after q, the index lists and the caches' bytes are rewritten in place with other values (the same
+lengths, so the reused schedule stays valid) and the graph replayed: a graph replays the new
+inputs. The kernel that ran is the plan's (``sparse_mla.plan_decode``; the Hopper decode runs
+where ``cuda::sm90a_decode_by_default`` or ``SMLA_DECODE_SM90A=1`` puts it).
+
+Medians over ``--runs`` calls, microseconds; FlashMLA's H200 time of the row (its own benchmark,
+L2 flushed, schedule reused) is the anchor.
+
+    python benchmarks/python/decode_calls.py --json out.json [--runs 30] [--cases a,b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Dict, List, Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import host_time  # noqa: E402  (time_isolated, decode_inputs, flash_mla_decode_call, write_json)
+from prefill_calls import FLUSH_BYTES, flushed_device_us  # noqa: E402
+
+import sparse_mla  # noqa: E402
+import sparse_mla.flash_mla as smla_flash_mla  # noqa: E402
+
+
+def _v32(b: int, flashmla: float) -> Dict:
+    return dict(fmt="v32_fp8", b=b, s_q=2, h_q=128, topk=2048, page=64, extra=None,
+                flashmla=flashmla)
+
+
+def _v4(h_q: int, b: int, extra_topk: int, flashmla: float, s_q: int = 2) -> Dict:
+    return dict(fmt="v4_fp8", b=b, s_q=s_q, h_q=h_q, topk=128, page=256, extra=(extra_topk, 64),
+                flashmla=flashmla)
+
+
+# name -> shapes (host_time.decode_inputs) and FlashMLA's H200 time in us (docs/flashmla_baseline.md;
+# the shards: FlashMLA with q and sink zero-padded to 64 heads, ../shared/PERFORMANCE.md).
+CASES = {
+    **{f"v32_h128_b{b}": _v32(b, t) for b, t in ((2, 20.1), (64, 184.5), (128, 361.7))},
+    **{f"v4_h64_b{b}": _v4(64, b, 512, t)
+       for b, t in ((2, 14.0), (64, 48.6), (128, 90.7), (256, 173.0))},
+    **{f"v4_h128_b{b}": _v4(128, b, 1024, t)
+       for b, t in ((2, 16.8), (64, 105.2), (128, 204.1), (256, 401.4))},
+    "v4_h16_b128_extra1024": _v4(16, 128, 1024, 155.6),
+    "v4_h32_b128_extra1024": _v4(32, 128, 1024, 155.6),
+    **{f"v4_h8_s1_b{b}": _v4(8, b, 512, t, s_q=1)
+       for b, t in ((1, 19.8), (12, 27.8), (64, 53.9), (128, 58.7))},
+    **{f"v4_h16_s1_b{b}": _v4(16, b, 512, t, s_q=1)
+       for b, t in ((1, 20.0), (12, 28.0), (64, 55.1), (128, 58.9))},
+}
+
+
+def rewrite_inputs(a: Dict, seed: int) -> None:
+    """Other values in place: q, the caches' bytes and the index lists (lengths unchanged)."""
+    fresh = host_time.decode_inputs(a["case"], str(a["q"].device), seed=seed)
+    for name in ("q", "kv_cache", "indices", "extra_kv_cache", "extra_indices"):
+        if name in a:
+            a[name].copy_(fresh[name])
+
+
+def planned_kernel(a: Dict) -> str:
+    kw = {k: a[k] for k in ("topk_length", "attn_sink", "extra_kv_cache", "extra_indices",
+                            "extra_topk_length") if k in a}
+    return sparse_mla.plan_decode(a["q"], a["kv_cache"], a["indices"], **kw).kernel
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--runs", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
+    p.add_argument("--json", help="write the results here")
+    opts = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("decode_calls: needs a CUDA device", file=sys.stderr)
+        return 2
+    wanted = set(filter(None, opts.cases.split(",")))
+    unknown = wanted - set(CASES)
+    if unknown:
+        p.error(f"--cases: unknown {sorted(unknown)}; known: {', '.join(CASES)}")
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    results: List[Dict] = []
+    for name, case in CASES.items():
+        if wanted and name not in wanted:
+            continue
+        shapes = {k: v for k, v in case.items() if k != "flashmla"}
+        a = host_time.decode_inputs(shapes, "cuda")
+        a["case"] = shapes
+        call_args = {k: v for k, v in a.items() if k != "case"}
+        call = host_time.flash_mla_decode_call(smla_flash_mla, call_args)
+        kernel = planned_kernel(call_args)
+        isolated = host_time.time_isolated(call, "cuda", opts.runs, opts.warmup)[0]
+        eager_flushed = flushed_device_us(call, flush, opts.runs)
+        # The graph: capture on a side stream after warm-up (plan caches, lazy module set-up).
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(3):
+                call()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = call()
+        graph.replay()
+        torch.cuda.synchronize()
+        same = all(bool(torch.equal(c, e)) for c, e in zip(captured, call()))
+        rewrite_inputs(a, seed=7)
+        graph.replay()
+        torch.cuda.synchronize()
+        same_changed = all(bool(torch.equal(c, e)) for c, e in zip(captured, call()))
+        graph_flushed = flushed_device_us(graph.replay, flush, opts.runs)
+        row = dict(case=name, **shapes, kernel=kernel, flashmla_us=case["flashmla"],
+                   isolated=isolated, eager_l2_flushed_device_us=round(eager_flushed, 2),
+                   graph_l2_flushed_device_us=round(graph_flushed, 2),
+                   graph_output_equals_eager=same,
+                   graph_output_equals_eager_after_new_inputs=same_changed,
+                   flashmla_over_graph=round(case["flashmla"] / graph_flushed, 3),
+                   flashmla_over_isolated_sum=round(case["flashmla"] / isolated["sum_us"], 3))
+        results.append(row)
+        print(f"{name:24s} {kernel:34s} isolated host {isolated['host_us_median']:7.1f} device "
+              f"{isolated['device_us_median']:8.1f} sum {isolated['sum_us']:8.1f} | eager "
+              f"flushed {eager_flushed:8.1f} | graph flushed {graph_flushed:8.1f} "
+              f"({row['flashmla_over_graph']}x FlashMLA {case['flashmla']}) graph==eager "
+              f"{same} / new inputs {same_changed}", flush=True)
+        del graph, captured, a, call_args, call
+        torch.cuda.empty_cache()
+    if opts.json:
+        host_time.write_json(opts.json, "decode rows through "
+                             "sparse_mla.flash_mla.flash_mla_with_kvcache: isolated calls, "
+                             "CUDA-graph replay and eager calls with L2 flushed "
+                             "(benchmarks/python/decode_calls.py)", results,
+                             device=torch.cuda.get_device_name())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
