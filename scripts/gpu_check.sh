@@ -168,8 +168,9 @@ for tool in "${SANITIZER_TOOLS[@]}"; do
   # warp-specialised decode kernel and the seesaw of the Hopper prefill and decode are built on
   # (on the Hopper decode: WG0's read of row_max[1] before its next kWg0MaxReady arrival against
   # WG1's write after that barrier, benchmarks/results/sm90a-decode-code-warm-h200-2026-12-03/);
-  # its racecheck run takes the split kernel's 16-row tile and the portable kernels instead. The other tools run the
-  # Hopper prefill on a grid of 3 CTAs, so that its CTAs walk several work items each.
+  # its racecheck run takes the split kernel's 16-row tile and the portable kernels instead. The
+  # other tools run the Hopper prefill on a grid of 3 CTAs, so that its CTAs walk several work
+  # items each.
   tool_env=(SMLA_PREFILL_SM90A_CTAS=3)
   [[ $tool == racecheck ]] && tool_env=(SMLA_DECODE_WARP_SPECIALIZED=0 SMLA_PREFILL_SM90A=0 SMLA_DECODE_SM90A=0)
   echo "==== $tool ${tool_env[*]} --gtest_filter=$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log"
