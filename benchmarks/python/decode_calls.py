@@ -28,7 +28,6 @@ L2 flushed, schedule reused) is the anchor.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from typing import Dict, List, Optional
@@ -37,7 +36,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import host_time  # noqa: E402  (time_isolated, decode_inputs, flash_mla_decode_call, write_json)
-from prefill_calls import FLUSH_BYTES, flushed_device_us  # noqa: E402
+from prefill_calls import engine_timings, row_options, write_rows  # noqa: E402
 
 import sparse_mla  # noqa: E402
 import sparse_mla.flash_mla as smla_flash_mla  # noqa: E402
@@ -53,8 +52,9 @@ def _v4(h_q: int, b: int, extra_topk: int, flashmla: float, s_q: int = 2) -> Dic
                 flashmla=flashmla)
 
 
-# name -> shapes (host_time.decode_inputs) and FlashMLA's H200 time in us (docs/flashmla_baseline.md;
-# the shards: FlashMLA with q and sink zero-padded to 64 heads, ../shared/PERFORMANCE.md).
+# name -> shapes (host_time.decode_inputs) and FlashMLA's H200 time in us
+# (docs/flashmla_baseline.md; the shards: FlashMLA with q and sink zero-padded to 64 heads,
+# ../shared/PERFORMANCE.md).
 CASES = {
     **{f"v32_h128_b{b}": _v32(b, t) for b, t in ((2, 20.1), (64, 184.5), (128, 361.7))},
     **{f"v4_h64_b{b}": _v4(64, b, 512, t)
@@ -85,71 +85,39 @@ def planned_kernel(a: Dict) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
-    p.add_argument("--json", help="write the results here")
-    opts = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("decode_calls: needs a CUDA device", file=sys.stderr)
-        return 2
-    wanted = set(filter(None, opts.cases.split(",")))
-    unknown = wanted - set(CASES)
-    if unknown:
-        p.error(f"--cases: unknown {sorted(unknown)}; known: {', '.join(CASES)}")
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    opts = row_options(__doc__, CASES, argv)
     results: List[Dict] = []
-    for name, case in CASES.items():
-        if wanted and name not in wanted:
-            continue
+    for name, case in opts.rows:
         shapes = {k: v for k, v in case.items() if k != "flashmla"}
         a = host_time.decode_inputs(shapes, "cuda")
         a["case"] = shapes
         call_args = {k: v for k, v in a.items() if k != "case"}
         call = host_time.flash_mla_decode_call(smla_flash_mla, call_args)
         kernel = planned_kernel(call_args)
-        isolated = host_time.time_isolated(call, "cuda", opts.runs, opts.warmup)[0]
-        eager_flushed = flushed_device_us(call, flush, opts.runs)
-        # The graph: capture on a side stream after warm-up (plan caches, lazy module set-up).
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                call()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = call()
-        graph.replay()
-        torch.cuda.synchronize()
-        same = all(bool(torch.equal(c, e)) for c, e in zip(captured, call()))
-        rewrite_inputs(a, seed=7)
-        graph.replay()
-        torch.cuda.synchronize()
-        same_changed = all(bool(torch.equal(c, e)) for c, e in zip(captured, call()))
-        graph_flushed = flushed_device_us(graph.replay, flush, opts.runs)
-        row = dict(case=name, **shapes, kernel=kernel, flashmla_us=case["flashmla"],
-                   isolated=isolated, eager_l2_flushed_device_us=round(eager_flushed, 2),
-                   graph_l2_flushed_device_us=round(graph_flushed, 2),
-                   graph_output_equals_eager=same,
-                   graph_output_equals_eager_after_new_inputs=same_changed,
-                   flashmla_over_graph=round(case["flashmla"] / graph_flushed, 3),
-                   flashmla_over_isolated_sum=round(case["flashmla"] / isolated["sum_us"], 3))
+
+        def checks(graph: torch.cuda.CUDAGraph, captured, call=call, a=a) -> Dict:
+            same = all(bool(torch.equal(c, e)) for c, e in zip(captured, call()))
+            rewrite_inputs(a, seed=7)
+            graph.replay()
+            torch.cuda.synchronize()
+            return dict(graph_output_equals_eager=same,
+                        graph_output_equals_eager_after_new_inputs=all(
+                            bool(torch.equal(c, e)) for c, e in zip(captured, call())))
+
+        t = engine_timings(call, opts, case["flashmla"], checks)
+        row = dict(case=name, **shapes, kernel=kernel, flashmla_us=case["flashmla"], **t)
         results.append(row)
+        isolated = t["isolated"]
         print(f"{name:24s} {kernel:34s} isolated host {isolated['host_us_median']:7.1f} device "
               f"{isolated['device_us_median']:8.1f} sum {isolated['sum_us']:8.1f} | eager "
-              f"flushed {eager_flushed:8.1f} | graph flushed {graph_flushed:8.1f} "
-              f"({row['flashmla_over_graph']}x FlashMLA {case['flashmla']}) graph==eager "
-              f"{same} / new inputs {same_changed}", flush=True)
-        del graph, captured, a, call_args, call
+              f"flushed {t['eager_l2_flushed_device_us']:8.1f} | graph flushed "
+              f"{t['graph_l2_flushed_device_us']:8.1f} ({t['flashmla_over_graph']}x FlashMLA "
+              f"{case['flashmla']}) graph==eager {t['graph_output_equals_eager']} / new inputs "
+              f"{t['graph_output_equals_eager_after_new_inputs']}", flush=True)
+        del a, call_args, call
         torch.cuda.empty_cache()
-    if opts.json:
-        host_time.write_json(opts.json, "decode rows through "
-                             "sparse_mla.flash_mla.flash_mla_with_kvcache: isolated calls, "
-                             "CUDA-graph replay and eager calls with L2 flushed "
-                             "(benchmarks/python/decode_calls.py)", results,
-                             device=torch.cuda.get_device_name())
+    write_rows(opts, "sparse_mla.flash_mla.flash_mla_with_kvcache",
+               "benchmarks/python/decode_calls.py", results)
     return 0
 
 

@@ -66,64 +66,96 @@ def flushed_device_us(launch: Callable[[], object], flush: torch.Tensor, runs: i
     return statistics.median(times)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def capture_graph(call: Callable[[], object]):
+    """`call` captured in a CUDA graph after warm-up on a side stream (plan caches, lazy module
+    set-up) and replayed once: (graph, the captured call's outputs, refreshed by each replay)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = call()
+    graph.replay()
+    torch.cuda.synchronize()
+    return graph, captured
+
+
+def engine_timings(call: Callable[[], object], opts: argparse.Namespace, flashmla_us: float,
+                   checks: Callable[[torch.cuda.CUDAGraph, object], Dict]) -> Dict:
+    """A row's three timings (isolated call, eager and graph replay with L2 flushed) and their
+    ratios to FlashMLA's time, over opts.runs calls each; `checks(graph, captured outputs)` runs
+    between the capture and the graph's timing and adds its fields (the outputs' equalities)."""
+    isolated = host_time.time_isolated(call, "cuda", opts.runs, opts.warmup)[0]
+    eager_flushed = flushed_device_us(call, opts.flush, opts.runs)
+    graph, captured = capture_graph(call)
+    checked = checks(graph, captured)
+    graph_flushed = flushed_device_us(graph.replay, opts.flush, opts.runs)
+    del graph, captured
+    return dict(isolated=isolated, eager_l2_flushed_device_us=round(eager_flushed, 2),
+                graph_l2_flushed_device_us=round(graph_flushed, 2), **checked,
+                flashmla_over_graph=round(flashmla_us / graph_flushed, 3),
+                flashmla_over_isolated_sum=round(flashmla_us / isolated["sum_us"], 3))
+
+
+def row_options(doc: str, cases: Dict, argv: Optional[List[str]]) -> argparse.Namespace:
+    """The command line of a rows script (this one, decode_calls.py): --runs, --warmup, --cases
+    (checked against `cases`), --json; opts.rows holds the (name, case) pairs to run and
+    opts.flush the buffer whose write flushes L2."""
+    p = argparse.ArgumentParser(description=doc.splitlines()[0])
     p.add_argument("--runs", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     p.add_argument("--json", help="write the results here")
     opts = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("prefill_calls: needs a CUDA device", file=sys.stderr)
-        return 2
     wanted = set(filter(None, opts.cases.split(",")))
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    unknown = wanted - set(cases)
+    if unknown:
+        p.error(f"--cases: unknown {sorted(unknown)}; known: {', '.join(cases)}")
+    if not torch.cuda.is_available():
+        p.exit(2, f"{p.prog}: needs a CUDA device\n")
+    opts.rows = [(name, case) for name, case in cases.items() if not wanted or name in wanted]
+    opts.flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    return opts
+
+
+def write_rows(opts: argparse.Namespace, api: str, script: str, results: List[Dict]) -> None:
+    """The rows into opts.json (when given), saying what was timed: `api`'s calls, three ways."""
+    if opts.json:
+        host_time.write_json(opts.json, f"rows through {api}: isolated calls, CUDA-graph replay "
+                             f"and eager calls with L2 flushed ({script})", results,
+                             device=torch.cuda.get_device_name())
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    opts = row_options(__doc__, CASES, argv)
     results: List[Dict] = []
-    for name, case in CASES.items():
-        if wanted and name not in wanted:
-            continue
+    for name, case in opts.rows:
         shapes = dict(s_q=S_Q, **{k: v for k, v in case.items() if k != "flashmla"})
         a = host_time.prefill_inputs(shapes, "cuda")
         call = host_time.prefill_call(smla_flash_mla, a)
-        isolated = host_time.time_isolated(call, "cuda", opts.runs, opts.warmup)[0]
-        eager_flushed = flushed_device_us(call, flush, opts.runs)
-        # The graph: capture on a side stream after warm-up (plan caches, lazy module set-up).
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                call()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = call()
-        graph.replay()
-        torch.cuda.synchronize()
-        eager_out = call()
-        same = bool(torch.equal(captured[0], eager_out[0]))
-        graph_flushed = flushed_device_us(graph.replay, flush, opts.runs)
+        t = engine_timings(call, opts, case["flashmla"],
+                           lambda graph, captured, call=call: dict(
+                               graph_output_equals_eager=bool(torch.equal(captured[0],
+                                                                          call()[0]))))
         flops = 2.0 * S_Q * case["h_q"] * case["topk"] * (case["d_qk"] + 512)
-        row = dict(case=name, **shapes, flashmla_us=case["flashmla"], isolated=isolated,
-                   eager_l2_flushed_device_us=round(eager_flushed, 2),
-                   graph_l2_flushed_device_us=round(graph_flushed, 2),
-                   graph_output_equals_eager=same,
-                   graph_tflops=round(flops / graph_flushed / 1e6, 1),
-                   flashmla_over_graph=round(case["flashmla"] / graph_flushed, 3),
-                   flashmla_over_isolated_sum=round(case["flashmla"] / isolated["sum_us"], 3))
+        graph_flushed = t["graph_l2_flushed_device_us"]
+        row = dict(case=name, **shapes, flashmla_us=case["flashmla"], **t,
+                   graph_tflops=round(flops / graph_flushed / 1e6, 1))
         results.append(row)
+        isolated = t["isolated"]
         print(f"{name:34s} isolated host {isolated['host_us_median']:8.1f} device "
               f"{isolated['device_us_median']:9.1f} sum {isolated['sum_us']:9.1f} | "
-              f"eager flushed {eager_flushed:9.1f} | graph flushed {graph_flushed:9.1f} "
-              f"({row['graph_tflops']} TFLOP/s, {row['flashmla_over_graph']}x FlashMLA "
-              f"{case['flashmla']}) graph==eager {same}", flush=True)
-        del graph, a, call
+              f"eager flushed {t['eager_l2_flushed_device_us']:9.1f} | graph flushed "
+              f"{graph_flushed:9.1f} ({row['graph_tflops']} TFLOP/s, {row['flashmla_over_graph']}x "
+              f"FlashMLA {case['flashmla']}) graph==eager {t['graph_output_equals_eager']}",
+              flush=True)
+        del a, call
         torch.cuda.empty_cache()
-    if opts.json:
-        host_time.write_json(opts.json, "prefill rows through "
-                             "sparse_mla.flash_mla.flash_mla_sparse_fwd: isolated calls, CUDA-graph "
-                             "replay and eager calls with L2 flushed "
-                             "(benchmarks/python/prefill_calls.py)", results,
-                             device=torch.cuda.get_device_name())
+    write_rows(opts, "sparse_mla.flash_mla.flash_mla_sparse_fwd",
+               "benchmarks/python/prefill_calls.py", results)
     return 0
 
 
