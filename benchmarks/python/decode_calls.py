@@ -28,15 +28,16 @@ L2 flushed, schedule reused) is the anchor.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import host_time  # noqa: E402  (time_isolated, decode_inputs, flash_mla_decode_call, write_json)
-from prefill_calls import engine_timings, row_options, write_rows  # noqa: E402
+import host_time  # noqa: E402  (decode_inputs, flash_mla_decode_call)
+from prefill_calls import engine_timings, row_line, row_options, run_rows  # noqa: E402
 
 import sparse_mla  # noqa: E402
 import sparse_mla.flash_mla as smla_flash_mla  # noqa: E402
@@ -70,9 +71,9 @@ CASES = {
 }
 
 
-def rewrite_inputs(a: Dict, seed: int) -> None:
+def rewrite_inputs(a: Dict, shapes: Dict, seed: int) -> None:
     """Other values in place: q, the caches' bytes and the index lists (lengths unchanged)."""
-    fresh = host_time.decode_inputs(a["case"], str(a["q"].device), seed=seed)
+    fresh = host_time.decode_inputs(shapes, str(a["q"].device), seed=seed)
     for name in ("q", "kv_cache", "indices", "extra_kv_cache", "extra_indices"):
         if name in a:
             a[name].copy_(fresh[name])
@@ -84,41 +85,32 @@ def planned_kernel(a: Dict) -> str:
     return sparse_mla.plan_decode(a["q"], a["kv_cache"], a["indices"], **kw).kernel
 
 
+def decode_row(opts: argparse.Namespace, name: str, case: Dict) -> Tuple[Dict, str]:
+    shapes = {k: v for k, v in case.items() if k != "flashmla"}
+    a = host_time.decode_inputs(shapes, "cuda")
+    call = host_time.flash_mla_decode_call(smla_flash_mla, a)
+    kernel = planned_kernel(a)
+
+    def checks(graph: torch.cuda.CUDAGraph, captured) -> Dict:
+        same = all(bool(torch.equal(c, e)) for c, e in zip(captured, call()))
+        rewrite_inputs(a, shapes, seed=7)
+        graph.replay()
+        torch.cuda.synchronize()
+        return dict(graph_output_equals_eager=same,
+                    graph_output_equals_eager_after_new_inputs=all(
+                        bool(torch.equal(c, e)) for c, e in zip(captured, call())))
+
+    t = engine_timings(call, opts, case["flashmla"], checks)
+    row = dict(case=name, **shapes, kernel=kernel, flashmla_us=case["flashmla"], **t)
+    return row, (f"{name:24s} {kernel:34s} {row_line(t)} ({t['flashmla_over_graph']}x FlashMLA "
+                 f"{case['flashmla']}) graph==eager {t['graph_output_equals_eager']} / new "
+                 f"inputs {t['graph_output_equals_eager_after_new_inputs']}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    opts = row_options(__doc__, CASES, argv)
-    results: List[Dict] = []
-    for name, case in opts.rows:
-        shapes = {k: v for k, v in case.items() if k != "flashmla"}
-        a = host_time.decode_inputs(shapes, "cuda")
-        a["case"] = shapes
-        call_args = {k: v for k, v in a.items() if k != "case"}
-        call = host_time.flash_mla_decode_call(smla_flash_mla, call_args)
-        kernel = planned_kernel(call_args)
-
-        def checks(graph: torch.cuda.CUDAGraph, captured, call=call, a=a) -> Dict:
-            same = all(bool(torch.equal(c, e)) for c, e in zip(captured, call()))
-            rewrite_inputs(a, seed=7)
-            graph.replay()
-            torch.cuda.synchronize()
-            return dict(graph_output_equals_eager=same,
-                        graph_output_equals_eager_after_new_inputs=all(
-                            bool(torch.equal(c, e)) for c, e in zip(captured, call())))
-
-        t = engine_timings(call, opts, case["flashmla"], checks)
-        row = dict(case=name, **shapes, kernel=kernel, flashmla_us=case["flashmla"], **t)
-        results.append(row)
-        isolated = t["isolated"]
-        print(f"{name:24s} {kernel:34s} isolated host {isolated['host_us_median']:7.1f} device "
-              f"{isolated['device_us_median']:8.1f} sum {isolated['sum_us']:8.1f} | eager "
-              f"flushed {t['eager_l2_flushed_device_us']:8.1f} | graph flushed "
-              f"{t['graph_l2_flushed_device_us']:8.1f} ({t['flashmla_over_graph']}x FlashMLA "
-              f"{case['flashmla']}) graph==eager {t['graph_output_equals_eager']} / new inputs "
-              f"{t['graph_output_equals_eager_after_new_inputs']}", flush=True)
-        del a, call_args, call
-        torch.cuda.empty_cache()
-    write_rows(opts, "sparse_mla.flash_mla.flash_mla_with_kvcache",
-               "benchmarks/python/decode_calls.py", results)
-    return 0
+    return run_rows(row_options(__doc__, CASES, argv),
+                    "sparse_mla.flash_mla.flash_mla_with_kvcache",
+                    "benchmarks/python/decode_calls.py", decode_row)
 
 
 if __name__ == "__main__":

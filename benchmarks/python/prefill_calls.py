@@ -24,7 +24,7 @@ import argparse
 import os
 import statistics
 import sys
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -121,42 +121,51 @@ def row_options(doc: str, cases: Dict, argv: Optional[List[str]]) -> argparse.Na
     return opts
 
 
-def write_rows(opts: argparse.Namespace, api: str, script: str, results: List[Dict]) -> None:
-    """The rows into opts.json (when given), saying what was timed: `api`'s calls, three ways."""
+def row_line(t: Dict) -> str:
+    """A row's timings for the console: the isolated call's host, device and sum, then the eager
+    and graph device times with L2 flushed (us)."""
+    i = t["isolated"]
+    return (f"isolated host {i['host_us_median']:8.1f} device {i['device_us_median']:9.1f} sum "
+            f"{i['sum_us']:9.1f} | eager flushed {t['eager_l2_flushed_device_us']:9.1f} | graph "
+            f"flushed {t['graph_l2_flushed_device_us']:9.1f}")
+
+
+def run_rows(opts: argparse.Namespace, api: str, script: str,
+             row: Callable[[argparse.Namespace, str, Dict], Tuple[Dict, str]]) -> int:
+    """Each case of opts.rows through `row(opts, name, case)` -> (its results, its console
+    line), the allocator's cache emptied between rows; the rows into opts.json when given, saying
+    what was timed (`api`'s calls, three ways)."""
+    results: List[Dict] = []
+    for name, case in opts.rows:
+        result, line = row(opts, name, case)
+        results.append(result)
+        print(line, flush=True)
+        torch.cuda.empty_cache()
     if opts.json:
         host_time.write_json(opts.json, f"rows through {api}: isolated calls, CUDA-graph replay "
                              f"and eager calls with L2 flushed ({script})", results,
                              device=torch.cuda.get_device_name())
+    return 0
+
+
+def prefill_row(opts: argparse.Namespace, name: str, case: Dict) -> Tuple[Dict, str]:
+    shapes = dict(s_q=S_Q, **{k: v for k, v in case.items() if k != "flashmla"})
+    a = host_time.prefill_inputs(shapes, "cuda")
+    call = host_time.prefill_call(smla_flash_mla, a)
+    t = engine_timings(call, opts, case["flashmla"],
+                       lambda graph, captured: dict(
+                           graph_output_equals_eager=bool(torch.equal(captured[0], call()[0]))))
+    flops = 2.0 * S_Q * case["h_q"] * case["topk"] * (case["d_qk"] + 512)
+    row = dict(case=name, **shapes, flashmla_us=case["flashmla"], **t,
+               graph_tflops=round(flops / t["graph_l2_flushed_device_us"] / 1e6, 1))
+    return row, (f"{name:34s} {row_line(t)} ({row['graph_tflops']} TFLOP/s, "
+                 f"{row['flashmla_over_graph']}x FlashMLA {case['flashmla']}) graph==eager "
+                 f"{t['graph_output_equals_eager']}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    opts = row_options(__doc__, CASES, argv)
-    results: List[Dict] = []
-    for name, case in opts.rows:
-        shapes = dict(s_q=S_Q, **{k: v for k, v in case.items() if k != "flashmla"})
-        a = host_time.prefill_inputs(shapes, "cuda")
-        call = host_time.prefill_call(smla_flash_mla, a)
-        t = engine_timings(call, opts, case["flashmla"],
-                           lambda graph, captured, call=call: dict(
-                               graph_output_equals_eager=bool(torch.equal(captured[0],
-                                                                          call()[0]))))
-        flops = 2.0 * S_Q * case["h_q"] * case["topk"] * (case["d_qk"] + 512)
-        graph_flushed = t["graph_l2_flushed_device_us"]
-        row = dict(case=name, **shapes, flashmla_us=case["flashmla"], **t,
-                   graph_tflops=round(flops / graph_flushed / 1e6, 1))
-        results.append(row)
-        isolated = t["isolated"]
-        print(f"{name:34s} isolated host {isolated['host_us_median']:8.1f} device "
-              f"{isolated['device_us_median']:9.1f} sum {isolated['sum_us']:9.1f} | "
-              f"eager flushed {t['eager_l2_flushed_device_us']:9.1f} | graph flushed "
-              f"{graph_flushed:9.1f} ({row['graph_tflops']} TFLOP/s, {row['flashmla_over_graph']}x "
-              f"FlashMLA {case['flashmla']}) graph==eager {t['graph_output_equals_eager']}",
-              flush=True)
-        del a, call
-        torch.cuda.empty_cache()
-    write_rows(opts, "sparse_mla.flash_mla.flash_mla_sparse_fwd",
-               "benchmarks/python/prefill_calls.py", results)
-    return 0
+    return run_rows(row_options(__doc__, CASES, argv), "sparse_mla.flash_mla.flash_mla_sparse_fwd",
+                    "benchmarks/python/prefill_calls.py", prefill_row)
 
 
 if __name__ == "__main__":
