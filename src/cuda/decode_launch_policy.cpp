@@ -245,7 +245,7 @@ int64_t sm90a_decode_pairs(const SparseDecodeProblem& problem) {
 }
 
 bool sm90a_decode_by_default(const SparseDecodeProblem& problem, int sm_count) {
-  return sm90a_decode_pairs(problem) >= kSm90aDecodeMinPairsPerSm * std::max(1, sm_count);
+  return sm90a_decode_pairs(problem) * kSm90aDecodeSmsPerPair >= std::max(1, sm_count);
 }
 
 void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,

@@ -106,15 +106,17 @@ inline constexpr int kSm90aDecodeRows = 64;
 inline constexpr int kSm90aDecodeBlockKeys = 64;
 
 // Whether the Hopper decode (sm90a/sparse_decode) is the default for a problem it can run, with
-// SMLA_DECODE_SM90A unset: when its launch gives every SM at least kSm90aDecodeMinPairsPerSm pairs
-// of 64-key blocks with full lists (b * s_q queries x head groups x ceil(blocks / 2) pairs over
-// sm_count). Below that a CTA's fixed costs (its Q, the ring's first gathers and conversions, the
-// store) outweigh what its pairs gain. Measured on the H200 against the portable kernels in the
-// same call (v7, benchmarks/results/sm90a-decode-h200-2026-12-02/v7 and sweep-v9): every case at
-// >= 4.36 pairs per SM ran 0.69-0.98x their time; below 4, 0.87-1.35x (V4 h64 1.12-1.35x at b 1
-// to 32 and at b 64 s_q 1, V3.2 b 1 1.19x; V3.2 b 8 0.87x and V4 h128 b 8 0.93x are the wins the
-// rule gives up).
-inline constexpr int64_t kSm90aDecodeMinPairsPerSm = 4;
+// SMLA_DECODE_SM90A unset: when its launch has at least one pair of 64-key blocks with full lists
+// for every kSm90aDecodeSmsPerPair SMs (b * s_q queries x head groups x ceil(blocks / 2) pairs).
+// Below that a CTA's fixed costs (its Q, the ring's first gathers and conversions, the store)
+// outweigh what its pairs gain. Measured on the H200 against the portable kernels in one binary
+// (v15, benchmarks/results/sm90a-decode-default-rule-h200-2026-12-04/): from 72 pairs up every
+// row ran 0.85-1.01x their time (V4 h128 128 + 1024 slots b 2 s_q 2: 72 pairs, 0.94x; V3.2 h128
+// b 2 s_q 2: 128, 0.89x; V4 h64 128 + 512 b 16 s_q 1: 80, 0.89x; V4 h64 b 32-64: 160-320 pairs,
+// 0.98-1.01x), from 64 pairs down 1.03-1.29x (V3.2 h128 b 1 s_q 2: 64, 1.03x; V3.2 h64 b 2 s_q 2:
+// 64, 1.08x; V4 h64 b 12 s_q 1: 60, 1.08x; V4 h128 b 1: 18-36, 1.10-1.12x; V3.2 b 1: 16-32,
+// 1.24-1.29x).
+inline constexpr int64_t kSm90aDecodeSmsPerPair = 2;
 
 int64_t sm90a_decode_pairs(const SparseDecodeProblem& problem);
 

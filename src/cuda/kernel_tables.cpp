@@ -399,9 +399,9 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
 // The Hopper FP8 decode for the problem's cache format if this build has it and it can run here:
 // an sm_90 device with the shared memory it needs, 33..128 heads (32 or fewer run the portable
 // 16- and 32-row tiles, which this kernel's 64-row tile would pad). SMLA_DECODE_SM90A=1 runs it
-// wherever it can, =0 never; unset, only where its launch has enough pairs of blocks per SM
-// (cuda::sm90a_decode_by_default, decode_launch_policy.h: below that the portable kernels are
-// as fast or faster).
+// wherever it can, =0 never; unset, only where its launch has enough pairs of blocks for the
+// device's SMs (cuda::sm90a_decode_by_default, decode_launch_policy.h: below that the portable
+// kernels are faster).
 const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& problem,
                                                  std::string* why_not) {
   if (!knobs_valid(why_not)) return nullptr;
@@ -447,10 +447,10 @@ const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& prob
     if (!device_limits(problem.device, &limits, why_not)) return nullptr;
     if (!cuda::sm90a_decode_by_default(problem, limits.sm_count)) {
       *why_not =
-          "the portable kernels are as fast below " +
-          std::to_string(cuda::kSm90aDecodeMinPairsPerSm) +
-          " pairs of 64-key blocks per SM: " + std::to_string(cuda::sm90a_decode_pairs(problem)) +
-          " pairs on " + std::to_string(limits.sm_count) +
+          "the portable kernels are faster below one pair of 64-key blocks per " +
+          std::to_string(cuda::kSm90aDecodeSmsPerPair) +
+          " SMs: " + std::to_string(cuda::sm90a_decode_pairs(problem)) + " pairs on " +
+          std::to_string(limits.sm_count) +
           " SMs (SMLA_DECODE_SM90A=1 runs it anyway)";
       return nullptr;
     }

@@ -155,9 +155,9 @@ TEST(DecodeLaunchPolicy, RowsAndHeadGroups) {
 }
 
 // The Hopper decode's default (sm90a_decode_by_default): b * s_q queries x head groups x pairs of
-// 64-key blocks with full lists, at least 4 per SM. The bench's rows on the H200's 132 SMs: V3.2
-// h128 topk 2048 b 64 s_q 2 (31 per SM) runs it, b 2 (0.97) does not; V4 h64 128 + 512 slots
-// at b 64 s_q 2 (640 pairs, 4.85 per SM) runs it, at b 64 s_q 1 (2.42) does not.
+// 64-key blocks with full lists, at least one pair per two SMs (66 on the H200's 132). V3.2 h128
+// topk 2048 (16 pairs per query and head group) runs it at b 2 s_q 2 (128 pairs), not at b 1
+// (64); V4 h64 128 + 512 slots (5 pairs per query) at b 16 s_q 1 (80), not at b 12 (60).
 TEST(DecodeLaunchPolicy, HopperDecodeDefault) {
   SparseDecodeProblem v32 = problem(KvCacheFormat::kV32Fp8, 64, 128, 2048);
   v32.s_q = 2;
@@ -165,25 +165,28 @@ TEST(DecodeLaunchPolicy, HopperDecodeDefault) {
   EXPECT_TRUE(sm90a_decode_by_default(v32, kH200Sms));
   v32.b = 2;
   EXPECT_EQ(sm90a_decode_pairs(v32), 128);
+  EXPECT_TRUE(sm90a_decode_by_default(v32, kH200Sms));
+  v32.b = 1;
+  EXPECT_EQ(sm90a_decode_pairs(v32), 64);
   EXPECT_FALSE(sm90a_decode_by_default(v32, kH200Sms));
 
-  SparseDecodeProblem v4 = problem(KvCacheFormat::kV4Fp8, 64, 64, 128);
-  v4.s_q = 2;
+  SparseDecodeProblem v4 = problem(KvCacheFormat::kV4Fp8, 16, 64, 128);
   v4.has_extra = true;
   v4.extra_topk = 512;
-  EXPECT_EQ(sm90a_decode_pairs(v4), 640);  // 2 + 8 blocks: 5 pairs per query
+  EXPECT_EQ(sm90a_decode_pairs(v4), 80);  // 2 + 8 blocks: 5 pairs per query
   EXPECT_TRUE(sm90a_decode_by_default(v4, kH200Sms));
-  v4.s_q = 1;
+  v4.b = 12;
   EXPECT_FALSE(sm90a_decode_by_default(v4, kH200Sms));
   // An odd block count rounds up to whole pairs: 128 + 576 slots = 2 + 9 blocks, 6 pairs.
   v4.extra_topk = 576;
-  EXPECT_EQ(sm90a_decode_pairs(v4), 64 * 6);
-  // The threshold is 4 pairs per SM exactly; a smaller GPU needs less work.
-  EXPECT_TRUE(sm90a_decode_by_default(v4, 96));
-  EXPECT_FALSE(sm90a_decode_by_default(v4, 97));
+  EXPECT_EQ(sm90a_decode_pairs(v4), 12 * 6);
+  // The threshold is one pair per two SMs exactly (72 pairs: 144 SMs or fewer); a smaller GPU
+  // needs less work.
+  EXPECT_TRUE(sm90a_decode_by_default(v4, 144));
+  EXPECT_FALSE(sm90a_decode_by_default(v4, 145));
   // The extra list counts only with has_extra.
   v4.has_extra = false;
-  EXPECT_EQ(sm90a_decode_pairs(v4), 64);
+  EXPECT_EQ(sm90a_decode_pairs(v4), 12);
 }
 
 TEST(DecodeLaunchPolicy, TileChoice) {
