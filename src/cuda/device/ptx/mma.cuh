@@ -34,4 +34,15 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return r;
 }
 
+// Two bf16 products, rounded to nearest even (mul.rn.bf16x2, sm_90; subnormals kept).
+__device__ __forceinline__ uint32_t mul_bf16x2(uint32_t a, uint32_t b) {
+  uint32_t r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(r) : "r"(a), "r"(b));
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+  return r;
+}
+
 }  // namespace sparse_mla::cuda::ptx
