@@ -239,34 +239,17 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
   if (at.chunk == 0) ptx::mbarrier_arrive(full);
 }
 
-// Where a thread's unit u of its rows goes: chunks 2 (u % 4), +1 of fp8 panel u / 4, swizzled by
-// the row's low three bits, which are the same for all four rows (group + 16 r); a turn of the
-// conversion moves both down 16 rows (kRowsPerTurn bytes).
-struct UnitTarget {
-  static constexpr int kRowsPerTurn = 16 * 128;
-  uint8_t* lo;
-  uint8_t* hi;
-  __device__ __forceinline__ UnitTarget(uint8_t* half_base, int group, int u) {
-    const int chunk = 2 * (u & 3);
-    uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + group * 128;
-    lo = row_base + ((chunk ^ (group & 7)) << 4);
-    hi = row_base + (((chunk + 1) ^ (group & 7)) << 4);
-  }
-  __device__ __forceinline__ void next_turn() {
-    lo += kRowsPerTurn;
-    hi += kRowsPerTurn;
-  }
-};
-
-// Unit u (16 e4m3 values) of a row times its scale into its target. Unit u's scale: v32_fp8 tile
-// (256 half + 16 u) / 128 = 2 half + u / 8, any fp32 applied in fp32; v4_fp8 tile
-// (256 half + 16 u) / 64 = 4 half + u / 4, byte u / 4 of the loaded four, a power of two applied
-// as one bf16 multiply per two values (dequant_e4m3x8_pow2: the same bits).
+// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half. Unit
+// u's scale: v32_fp8 tile (256 half + 16 u) / 128 = 2 half + u / 8, any fp32 applied in fp32;
+// v4_fp8 tile (256 half + 16 u) / 64 = 4 half + u / 4, byte u / 4 of the loaded four, a power of
+// two applied as one bf16 multiply per two values (dequant_e4m3x8_pow2: the same bits).
 template <class Traits>
-__device__ __forceinline__ void store_unit(const UnitTarget& to, int u, const uint4& raw,
+__device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, const uint4& raw,
                                            const uint2& scales) {
-  uint4* lo = reinterpret_cast<uint4*>(to.lo);
-  uint4* hi = reinterpret_cast<uint4*>(to.hi);
+  const int chunk = 2 * (u & 3);
+  uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
+  uint4* lo = reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4));
+  uint4* hi = reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4));
   if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
     const float scale = __uint_as_float(u < 8 ? scales.x : scales.y);
     *lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
@@ -314,25 +297,20 @@ __device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
   }
   if (units.has_first) {
     HalfScales turn = scales;
-    UnitTarget to(half_base, at.group, units.first);
-    const uint8_t* from = raw + at.group * kRawPitch + 16 * units.first;
 #pragma unroll 1
     for (int r = 0; r < 4; ++r) {
-      const uint4 a = *reinterpret_cast<const uint4*>(from);  // a copy: the stores may alias it
-      store_unit<Traits>(to, units.first, a, turn.row[0]);
-      to.next_turn();
-      from += 16 * kRawPitch;
+      const uint4 a =
+          *reinterpret_cast<const uint4*>(raw + (at.group + 16 * r) * kRawPitch + 16 * units.first);
+      store_unit<Traits>(half_base, at.group + 16 * r, units.first, a, turn.row[0]);
       turn.row[0] = turn.row[1];
       turn.row[1] = turn.row[2];
       turn.row[2] = turn.row[3];
     }
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
-  UnitTarget to(half_base, at.group, units.second);
 #pragma unroll 1
   for (int r = 0; r < 4; ++r) {
-    store_unit<Traits>(to, units.second, second[0], scales.row[0]);
-    to.next_turn();
+    store_unit<Traits>(half_base, at.group + 16 * r, units.second, second[0], scales.row[0]);
     second[0] = second[1];
     second[1] = second[2];
     second[2] = second[3];
