@@ -446,12 +446,10 @@ const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& prob
     DeviceLimits limits;
     if (!device_limits(problem.device, &limits, why_not)) return nullptr;
     if (!cuda::sm90a_decode_by_default(problem, limits.sm_count)) {
-      *why_not =
-          "the portable kernels are faster below one pair of 64-key blocks per " +
-          std::to_string(cuda::kSm90aDecodeSmsPerPair) +
-          " SMs: " + std::to_string(cuda::sm90a_decode_pairs(problem)) + " pairs on " +
-          std::to_string(limits.sm_count) +
-          " SMs (SMLA_DECODE_SM90A=1 runs it anyway)";
+      *why_not = "the portable kernels are faster below one pair of 64-key blocks per " +
+                 std::to_string(cuda::kSm90aDecodeSmsPerPair) +
+                 " SMs: " + std::to_string(cuda::sm90a_decode_pairs(problem)) + " pairs on " +
+                 std::to_string(limits.sm_count) + " SMs (SMLA_DECODE_SM90A=1 runs it anyway)";
       return nullptr;
     }
   }

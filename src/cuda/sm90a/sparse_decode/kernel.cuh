@@ -10,8 +10,9 @@
 //              arrive on the half's full barrier as the copies land; the next pair's rows are
 //              L2-prefetched a pair ahead;
 //   consumers  the seesaw, as in the prefill, with the scoring warpgroup (WG0 for K0, WG1 for K1)
-//              converting each half in place before its first MMA (convert_half: e4m3 x fp32
-//              scale in fp32, one rounding to bf16, cuda/device/fp8_dequant.cuh);
+//              converting each half in place before its first MMA (convert_half: e4m3 x the
+//              tile's scale, one rounding to bf16: v32_fp8 in fp32, v4_fp8's power of two in bf16,
+//              cuda/device/fp8_dequant.cuh);
 //   store      an unsplit query's bf16 out (sink applied) and natural-log lse, or a split piece's
 //              fp32 partial (normalised by its own sum) and log2 partial lse for the combine
 //              (portable_decode::finish_row / store_row).
