@@ -49,24 +49,22 @@ __device__ __forceinline__ uint32_t dequant_e4m3x2_pow2(uint32_t pair, uint32_t 
   return ptx::mul_bf16x2(ptx::pack_bf16x2(f.x, f.y), scale_bf16x2);
 }
 
-// Eight e4m3 values (8 bytes, first value in the lowest byte) -> eight bf16 (16 bytes).
+// Eight e4m3 values (8 bytes, first value in the lowest byte) -> eight bf16 (16 bytes), two at a
+// time by `pair` (one of the two forms above with its scale).
+template <class PairForm>
+__device__ __forceinline__ uint4 dequant_e4m3x8_by(uint2 raw, const PairForm& pair) {
+  return make_uint4(pair(raw.x & 0xffffu), pair(raw.x >> 16), pair(raw.y & 0xffffu),
+                    pair(raw.y >> 16));
+}
+
 __device__ __forceinline__ uint4 dequant_e4m3x8(uint2 raw, float scale) {
-  uint4 out;
-  out.x = dequant_e4m3x2(raw.x & 0xffffu, scale);
-  out.y = dequant_e4m3x2(raw.x >> 16, scale);
-  out.z = dequant_e4m3x2(raw.y & 0xffffu, scale);
-  out.w = dequant_e4m3x2(raw.y >> 16, scale);
-  return out;
+  return dequant_e4m3x8_by(raw, [scale](uint32_t p) { return dequant_e4m3x2(p, scale); });
 }
 
 // dequant_e4m3x8 with a power-of-two scale as bf16x2 (ue8m0_to_bf16x2).
 __device__ __forceinline__ uint4 dequant_e4m3x8_pow2(uint2 raw, uint32_t scale_bf16x2) {
-  uint4 out;
-  out.x = dequant_e4m3x2_pow2(raw.x & 0xffffu, scale_bf16x2);
-  out.y = dequant_e4m3x2_pow2(raw.x >> 16, scale_bf16x2);
-  out.z = dequant_e4m3x2_pow2(raw.y & 0xffffu, scale_bf16x2);
-  out.w = dequant_e4m3x2_pow2(raw.y >> 16, scale_bf16x2);
-  return out;
+  return dequant_e4m3x8_by(
+      raw, [scale_bf16x2](uint32_t p) { return dequant_e4m3x2_pow2(p, scale_bf16x2); });
 }
 
 }  // namespace sparse_mla::cuda
