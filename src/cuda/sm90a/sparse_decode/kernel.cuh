@@ -286,27 +286,35 @@ __device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
     scales.row[r] = Traits::kScalesInRow ? v : make_uint2(kHalf == 0 ? v.x : v.y, 0u);
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
-  // Phase 2's raw units are held in registers across the barrier. Both phases convert one row
-  // per turn of a loop that is not unrolled (four turns): the code of one unit per phase instead
-  // of four. Each turn takes row 0 of the held units and scales, which then move down by one
-  // (constant indices: an index that depends on the turn would put them in local memory).
+  // Both phases convert one row per turn of a loop that is not unrolled (four turns): the code of
+  // one unit per phase instead of four. Each turn takes row 0 of the held units and scales, which
+  // then move down by one (constant indices: an index that depends on the turn would put them in
+  // local memory).
+  if (units.has_first) {
+    // Each turn loads the next row's unit before it converts its own (the last turn loads row 3
+    // again), so that the load's latency passes under a row's conversion; the scales turn round
+    // (row 0 to the back), so that phase 2 finds them in order without a copy.
+    const uint8_t* first = raw + at.group * kRawPitch + 16 * units.first;
+    uint4 next = *reinterpret_cast<const uint4*>(first);
+#pragma unroll 1
+    for (int r = 0; r < 4; ++r) {
+      const uint4 a = next;
+      next = *reinterpret_cast<const uint4*>(first + 16 * kRawPitch * min(r + 1, 3));
+      store_unit<Traits>(half_base, at.group + 16 * r, units.first, a, scales.row[0]);
+      const uint2 done = scales.row[0];
+      scales.row[0] = scales.row[1];
+      scales.row[1] = scales.row[2];
+      scales.row[2] = scales.row[3];
+      scales.row[3] = done;
+    }
+  }
+  // Phase 2's raw units are read once phase 1 is done (the registers phase 1's loads use) and held
+  // across the barrier, after which phase 2's stores cover them.
   uint4 second[4];
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     second[r] =
         *reinterpret_cast<const uint4*>(raw + (at.group + 16 * r) * kRawPitch + 16 * units.second);
-  }
-  if (units.has_first) {
-    HalfScales turn = scales;
-#pragma unroll 1
-    for (int r = 0; r < 4; ++r) {
-      const uint4 a =
-          *reinterpret_cast<const uint4*>(raw + (at.group + 16 * r) * kRawPitch + 16 * units.first);
-      store_unit<Traits>(half_base, at.group + 16 * r, units.first, a, turn.row[0]);
-      turn.row[0] = turn.row[1];
-      turn.row[1] = turn.row[2];
-      turn.row[2] = turn.row[3];
-    }
   }
   ptx::named_barrier_sync(barrier, kProducerThreads);
 #pragma unroll 1
