@@ -130,10 +130,7 @@ __device__ __forceinline__ portable_decode::SlotRows locate_slot(const detail::K
 // The L2 prefetch that runs a pair ahead of the copies: producer thread t owns row t % 64 of block
 // t / 64 of a pair. Its list entry is loaded one pair before the prefetch is issued, so neither
 // waits; the prefetch brings the slot's whole data row (and v4_fp8's scale row) into L2, where the
-// half-stages' cp.asyncs and scale loads of the next pair find them: prefetch.global.L2 at points
-// 128 B apart from the row's first byte to its last, one in each 128-B line the row spans (a row
-// need not start on a line), a thread's own instructions (cp.async.bulk.prefetch.L2 takes a
-// warp-uniform address: ptxas wraps it in a loop over the warp's 32 rows).
+// half-stages' cp.asyncs and scale loads of the next pair find them.
 template <class Traits>
 __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
                                               const CacheDividers& div, const Piece& w, int block,
@@ -144,11 +141,7 @@ __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
   const portable_decode::SlotRows src =
       locate_slot<Traits>(main ? p.cache : p.extra_cache, div.of(main), index, &valid);
   if (!valid) return;
-#pragma unroll
-  for (int line = 0; line < (Traits::kDataRowBytes + 127) / 128; ++line) {
-    ptx::prefetch_l2(src.data + 128 * line);
-  }
-  ptx::prefetch_l2(src.data + Traits::kDataRowBytes - 1);
+  ptx::prefetch_l2_bulk(src.data, Traits::kDataRowBytes);
   if constexpr (!Traits::kScalesInRow) ptx::prefetch_l2(src.scales);
 }
 
@@ -383,15 +376,14 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
     }
     for (int pair = 0; pair < w.num_pairs; ++pair) {
       // The halves' copies in the order the consumers free them, the next pair's rows
-      // L2-prefetched after the first two (a piece's first copies do not wait behind the
-      // prefetch's list entry); the scoring warpgroups convert them.
+      // L2-prefetched first; the scoring warpgroups convert them.
       const uint32_t ring_pair = ring_pairs + pair;
       const bool has_next = pair + 1 < w.num_pairs;
       const int next_block = w.begin + 2 * pair + 2;
-      issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
-      issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
       if (has_next) prefetch_slot<Traits>(p, div, w, next_block + ahead_block, ahead);
       ahead = list_entry(w, next_block + 2 + ahead_block, ahead_row);
+      issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
+      issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
       issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
       issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
       if (has_next) {
