@@ -56,15 +56,11 @@ __device__ __forceinline__ void issue_score_panels(uint32_t q, uint32_t kv, floa
 
 // What the scoring warpgroup does to a half-stage between its landing and its first MMA: nothing
 // where the producer fills the ring with bf16 rows (the prefill); a kernel whose producer only
-// copies raw bytes passes a Prepare whose half<kStage, kHalf>(sm) turns them into bf16 rows
-// (ending with the async-proxy fence and a barrier), and whose help(sm, parity), called by WG0
-// between its P0 V0_L products and its wait for WG1's row maxima, may take a share of that work
-// for K1.
+// copies raw bytes passes a Prepare whose half<kStage, kHalf>(sm) turns them into bf16 rows (the
+// warpgroup's 128 threads, ending with the async-proxy fence and a barrier of the warpgroup).
 struct NoPrepare {
   template <int kStage, int kHalf, class SmemT>
   __device__ __forceinline__ static void half(SmemT&) {}
-  template <class SmemT>
-  __device__ __forceinline__ static void help(SmemT&, uint32_t) {}
 };
 
 // Issues S (+)= Q K^T over one half of stage kStage's panels (half 0: panels 0-3, half 1: the
@@ -255,7 +251,6 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
   rescale(alpha, o);
   const uint32_t kv0 = smem_u32(sm.kv[0]);
   issue_products_rs(kv0, 0, p, o);
-  Prepare::help(sm, pair & 1);  // while WG1 scores K1 (decode: WG0's share of its conversion)
   ptx::named_barrier_sync(kWg1MaxReady, kConsumerThreads);
   float beta[2];
 #pragma unroll

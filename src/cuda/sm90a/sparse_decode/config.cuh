@@ -34,9 +34,6 @@ inline constexpr uint32_t kFullArrivals = kProducerThreads + kProducerThreads / 
 // The converting warpgroup's own barrier (ids 1-5 are the seesaw's): kConvertBarrier for WG0,
 // + 1 for WG1, around the phases of a half-stage's conversion (kernel.cuh, convert_half).
 inline constexpr int kConvertBarrier = 6;
-// Both warpgroups' barrier around the phases of a K1 half-stage's conversion, which they share
-// (kernel.cuh, ConversionShare).
-inline constexpr int kShareBarrier = 8;
 
 // A half-stage's fp8 panels (64 dims each): half 0 = panels 0-3; half 1 = panels 4 .. the last
 // quantized one (v32_fp8: 4-7, v4_fp8: 4-6). Their raw bytes, [64 rows][panels x 64 B], sit in

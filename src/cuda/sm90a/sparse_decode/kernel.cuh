@@ -22,7 +22,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
@@ -152,6 +151,9 @@ __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
 // dims (tiles of 128), v4_fp8 the row's eight ue8m0 bytes (tiles of 64; the half's four are
 // bytes 4 half ..). Zero for an invalid row, whose raw bytes are zero too. The converting thread
 // holds its four rows' in registers (v4_fp8: the half's four bytes in x).
+struct HalfScales {
+  uint2 row[4];
+};
 
 template <class Traits, int kHalf>
 __device__ __forceinline__ const uint8_t* half_scale_source(const portable_decode::SlotRows& rows) {
@@ -260,104 +262,81 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
   }
 }
 
-// Which of a half-stage's rows a converting thread takes, and with whom it converts: thread t of
-// a warpgroup takes the rows group + 16 r, r in [kFirstTurn, kFirstTurn + kTurns), and the units
-// of producer thread t's copies (ProducerPlace), and passes named barrier kBarrier with the
-// kThreads threads that convert the half with it. K0's halves: WG0 alone, all four rows
-// (kSoloConversion). K1's halves: WG1 rows 0-31 (turns 0-1) and WG0 rows 32-63 (turns 2-3), both
-// warpgroups at kShareBarrier (WG0 converts them while it waits for WG1's row maxima).
-template <int kFirstTurnValue, int kTurnsValue, int kBarrierValue, int kThreadsValue>
-struct ConversionShare {
-  static constexpr int kFirstTurn = kFirstTurnValue, kTurns = kTurnsValue;
-  static constexpr int kBarrier = kBarrierValue, kThreads = kThreadsValue;
-};
-using SoloConversion = ConversionShare<0, 4, kConvertBarrier, kProducerThreads>;
-using Wg1Share = ConversionShare<0, 2, kShareBarrier, 2 * kProducerThreads>;
-using Wg0Share = ConversionShare<2, 2, kShareBarrier, 2 * kProducerThreads>;
-
-// A half-stage's conversion (or a warpgroup's share of it), once the half has landed (its full
-// barrier). The rows' scales are read first, and the barrier passes before phase 1 overwrites
-// them. Phase 1 writes panels [0, P / 2), below the raw bytes; phase 2's panels cover them, so
-// their raw units are read into registers before the second barrier and written after it. Then
-// the async-proxy fence and a third barrier, after which the scoring warpgroup's MMAs may read the
-// half. The other warpgroup's MMAs read it only after the P0 / P1 barrier that the scoring one
-// reaches after its scores.
-template <class Traits, int kStage, int kHalf, class Share>
+// A half-stage's conversion by the warpgroup that scores it, once the half has landed (its full
+// barrier): thread t of the warpgroup takes the rows and units of producer thread t's copies
+// (ProducerPlace). Its rows' scales are read first, and a barrier of the warpgroup's 128 threads
+// (kConvertBarrier + kStage: WG kStage scores stage kStage) passes before phase 1 overwrites them.
+// Phase 1 writes panels [0, P / 2), below the raw bytes; phase 2's panels cover them, so their raw
+// units are read into registers before the second barrier and written after it. Then the
+// async-proxy fence and a third barrier, after which the warpgroup's MMAs may read the half. The
+// other warpgroup reads it only after the P0 / P1 barrier that this one reaches after its scores.
+template <class Traits, int kStage, int kHalf>
 __device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kRawPitch = kPanels * 64;
-  constexpr int kTurns = Share::kTurns;
   const ProducerPlace at(static_cast<int>(threadIdx.x) & (kProducerThreads - 1));
-  const int row0 = at.group + 16 * Share::kFirstTurn;  // the thread's first row
+  constexpr int barrier = kConvertBarrier + kStage;  // stage kStage's scorer is WG kStage
   uint8_t* half_base = sm.kv[kStage] + kHalf * kLeftPanels * kPanelBytes;
   const uint8_t* raw = half_base + kPanels * kPanelBytes / 2;
   const HalfUnits<kPanels> units(at.chunk);
-  uint2 scales[kTurns];
+  HalfScales scales;
 #pragma unroll
-  for (int r = 0; r < kTurns; ++r) {
-    const uint2 v = *reinterpret_cast<const uint2*>(half_base + 8 * (row0 + 16 * r));
-    scales[r] = Traits::kScalesInRow ? v : make_uint2(kHalf == 0 ? v.x : v.y, 0u);
+  for (int r = 0; r < 4; ++r) {
+    const uint2 v = *reinterpret_cast<const uint2*>(half_base + 8 * (at.group + 16 * r));
+    scales.row[r] = Traits::kScalesInRow ? v : make_uint2(kHalf == 0 ? v.x : v.y, 0u);
   }
-  ptx::named_barrier_sync(Share::kBarrier, Share::kThreads);
-  // Both phases convert one row per turn of a loop that is not unrolled: the code of one unit
-  // per phase. Each turn takes row 0 of the held units and scales, which then move down by one
-  // (constant indices: an index that depends on the turn would put them in local memory).
+  ptx::named_barrier_sync(barrier, kProducerThreads);
+  // Both phases convert one row per turn of a loop that is not unrolled (four turns): the code of
+  // one unit per phase instead of four. Each turn takes row 0 of the held units and scales, which
+  // then move down by one (constant indices: an index that depends on the turn would put them in
+  // local memory).
   if (units.has_first) {
-    // Each turn loads the next row's unit before it converts its own (the last turn loads its
-    // own row again), so that the load's latency passes under a row's conversion; the scales
-    // turn round (row 0 to the back), so that phase 2 finds them in order without a copy.
-    const uint8_t* first = raw + row0 * kRawPitch + 16 * units.first;
+    // Each turn loads the next row's unit before it converts its own (the last turn loads row 3
+    // again), so that the load's latency passes under a row's conversion; the scales turn round
+    // (row 0 to the back), so that phase 2 finds them in order without a copy.
+    const uint8_t* first = raw + at.group * kRawPitch + 16 * units.first;
     uint4 next = *reinterpret_cast<const uint4*>(first);
 #pragma unroll 1
-    for (int r = 0; r < kTurns; ++r) {
+    for (int r = 0; r < 4; ++r) {
       const uint4 a = next;
-      next = *reinterpret_cast<const uint4*>(first + 16 * kRawPitch * min(r + 1, kTurns - 1));
-      store_unit<Traits>(half_base, row0 + 16 * r, units.first, a, scales[0]);
-      const uint2 done = scales[0];
-#pragma unroll
-      for (int i = 0; i + 1 < kTurns; ++i) scales[i] = scales[i + 1];
-      scales[kTurns - 1] = done;
+      next = *reinterpret_cast<const uint4*>(first + 16 * kRawPitch * min(r + 1, 3));
+      store_unit<Traits>(half_base, at.group + 16 * r, units.first, a, scales.row[0]);
+      const uint2 done = scales.row[0];
+      scales.row[0] = scales.row[1];
+      scales.row[1] = scales.row[2];
+      scales.row[2] = scales.row[3];
+      scales.row[3] = done;
     }
   }
   // Phase 2's raw units are read once phase 1 is done (the registers phase 1's loads use) and held
   // across the barrier, after which phase 2's stores cover them.
-  uint4 second[kTurns];
+  uint4 second[4];
 #pragma unroll
-  for (int r = 0; r < kTurns; ++r) {
+  for (int r = 0; r < 4; ++r) {
     second[r] =
-        *reinterpret_cast<const uint4*>(raw + (row0 + 16 * r) * kRawPitch + 16 * units.second);
+        *reinterpret_cast<const uint4*>(raw + (at.group + 16 * r) * kRawPitch + 16 * units.second);
   }
-  ptx::named_barrier_sync(Share::kBarrier, Share::kThreads);
+  ptx::named_barrier_sync(barrier, kProducerThreads);
 #pragma unroll 1
-  for (int r = 0; r < kTurns; ++r) {
-    store_unit<Traits>(half_base, row0 + 16 * r, units.second, second[0], scales[0]);
-#pragma unroll
-    for (int i = 0; i + 1 < kTurns; ++i) {
-      second[i] = second[i + 1];
-      scales[i] = scales[i + 1];
-    }
+  for (int r = 0; r < 4; ++r) {
+    store_unit<Traits>(half_base, at.group + 16 * r, units.second, second[0], scales.row[0]);
+    second[0] = second[1];
+    second[1] = second[2];
+    second[2] = second[3];
+    scales.row[0] = scales.row[1];
+    scales.row[1] = scales.row[2];
+    scales.row[2] = scales.row[3];
   }
   ptx::fence_proxy_async_shared();
-  ptx::named_barrier_sync(Share::kBarrier, Share::kThreads);
+  ptx::named_barrier_sync(barrier, kProducerThreads);
 }
 
-// The seesaw's hooks (seesaw/consumers.cuh, Prepare): `half`, between a half's landing and its
-// scores, converts K0's halves (WG0, alone) and WG1's share of K1's; `help`, called by WG0 while
-// WG1 scores K1, converts WG0's share of K1's halves in the order WG1 scores them.
+// The seesaw's hook between a half's landing and its scores (seesaw/consumers.cuh, Prepare).
 template <class Traits>
 struct ConvertInScorer {
   template <int kStage, int kHalf, class SmemT>
   __device__ __forceinline__ static void half(SmemT& sm) {
-    convert_half<Traits, kStage, kHalf, std::conditional_t<kStage == 0, SoloConversion, Wg1Share>>(
-        sm);
-  }
-  template <class SmemT>
-  __device__ __forceinline__ static void help(SmemT& sm, uint32_t parity) {
-    constexpr int kFirst = kFirstScoreHalf<1>;
-    ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 + kFirst]), parity);
-    convert_half<Traits, 1, kFirst, Wg0Share>(sm);
-    ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 + (1 - kFirst)]), parity);
-    convert_half<Traits, 1, 1 - kFirst, Wg0Share>(sm);
+    convert_half<Traits, kStage, kHalf>(sm);
   }
 };
 
