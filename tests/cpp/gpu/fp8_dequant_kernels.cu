@@ -28,8 +28,6 @@ struct DeviceResult {
   E4m3x2DequantMismatch recorded[kMaxRecordedDequantMismatches];
 };
 
-__device__ __forceinline__ bool bf16_is_nan(uint32_t half) { return (half & 0x7fffu) > 0x7f80u; }
-
 __device__ __forceinline__ bool same_half(uint32_t a, uint32_t b) {
   return a == b || (bf16_is_nan(a) && bf16_is_nan(b));
 }

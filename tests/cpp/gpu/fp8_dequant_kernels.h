@@ -9,7 +9,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/host_device.h"
+
 namespace sparse_mla::test_support {
+
+// Whether a bf16 bit pattern (low 16 bits) is a NaN: the rule both sides of the check use.
+SMLA_HOST_DEVICE inline bool bf16_is_nan(uint32_t half) { return (half & 0x7fffu) > 0x7f80u; }
 
 // Mismatches kept beyond the count: enough to see a pattern in a failure message.
 inline constexpr int kMaxRecordedDequantMismatches = 16;

@@ -25,8 +25,6 @@ std::string hex(uint32_t value, int digits) {
   return text;
 }
 
-bool bf16_is_nan(uint32_t half) { return (half & 0x7fffu) > 0x7f80u; }
-
 TEST(Fp8DequantGpu, PowerOfTwoScaleMatchesFp32Path) {
   SMLA_SKIP_WITHOUT_GPU();
   if (!SMLA_TEST_BUILD_HAS_SM90_CODE) {
@@ -53,7 +51,7 @@ TEST(Fp8DequantGpu, PowerOfTwoScaleMatchesFp32Path) {
   EXPECT_EQ(hex(cmp.unit_scale[0x3838], 8), hex(0x3f803f80u, 8));
   EXPECT_EQ(hex(cmp.unit_scale[0x7e80], 8), hex(0x43e08000u, 8));
   EXPECT_EQ(hex(cmp.unit_scale[0x017f] >> 16, 4), hex(0x3b00u, 4));
-  EXPECT_TRUE(bf16_is_nan(cmp.unit_scale[0x017f] & 0xffffu))
+  EXPECT_TRUE(test_support::bf16_is_nan(cmp.unit_scale[0x017f] & 0xffffu))
       << hex(cmp.unit_scale[0x017f], 8) << ": e4m3 0x7f is NaN";
 
   std::string listed;
