@@ -46,12 +46,7 @@ __device__ __forceinline__ uint32_t dequant_e4m3x2_pow2(uint32_t pair, uint32_t 
   const __half2_raw h =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
   const float2 f = __half22float2(__half2(h));
-  // The fp32 of an e4m3 value has 4 significant bits, its low 16 bits are zero: its upper half is
-  // the bf16, taken by a byte permute (integer pipe) instead of the round-and-pack conversion
-  // (cvt.rn.bf16x2.f32, F2FP, which Hopper issues at a fraction of the ALU rate). A NaN code's
-  // f16 -> fp32 NaN keeps its quiet bit in the upper half.
-  const uint32_t exact = __byte_perm(__float_as_uint(f.x), __float_as_uint(f.y), 0x7632);
-  return ptx::mul_bf16x2(exact, scale_bf16x2);
+  return ptx::mul_bf16x2(ptx::pack_bf16x2(f.x, f.y), scale_bf16x2);
 }
 
 // Eight e4m3 values (8 bytes, first value in the lowest byte) -> eight bf16 (16 bytes), two at a
