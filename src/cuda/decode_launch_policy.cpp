@@ -244,8 +244,17 @@ int64_t sm90a_decode_pairs(const SparseDecodeProblem& problem) {
          ((blocks + 1) / 2);
 }
 
+std::optional<int64_t> sm90a_decode_min_default_pairs(const SparseDecodeProblem& problem,
+                                                      int sm_count) {
+  const int64_t sms = std::max(1, sm_count);
+  if (problem.h_q < kSm90aDecodeMinDefaultHeads) return std::nullopt;
+  if (problem.h_q <= kSm90aDecodeRows / 2) return kSm90aDecodePaddedPairsPerSm * sms;
+  return (sms + kSm90aDecodeSmsPerPair - 1) / kSm90aDecodeSmsPerPair;
+}
+
 bool sm90a_decode_by_default(const SparseDecodeProblem& problem, int sm_count) {
-  return sm90a_decode_pairs(problem) * kSm90aDecodeSmsPerPair >= std::max(1, sm_count);
+  const std::optional<int64_t> pairs = sm90a_decode_min_default_pairs(problem, sm_count);
+  return pairs && sm90a_decode_pairs(problem) >= *pairs;
 }
 
 void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,

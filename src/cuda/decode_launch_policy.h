@@ -106,19 +106,39 @@ inline constexpr int kSm90aDecodeRows = 64;
 inline constexpr int kSm90aDecodeBlockKeys = 64;
 
 // Whether the Hopper decode (sm90a/sparse_decode) is the default for a problem it can run, with
-// SMLA_DECODE_SM90A unset: when its launch has at least one pair of 64-key blocks with full lists
-// for every kSm90aDecodeSmsPerPair SMs (b * s_q queries x head groups x ceil(blocks / 2) pairs).
-// Below that a CTA's fixed costs (its Q, the ring's first gathers and conversions, the store)
-// outweigh what its pairs gain. Measured on the H200 against the portable kernels in one binary
-// (v15, benchmarks/results/sm90a-decode-default-rule-h200-2026-12-04/): from 72 pairs up every
-// row ran 0.85-1.01x their time (V4 h128 128 + 1024 slots b 2 s_q 2: 72 pairs, 0.94x; V3.2 h128
-// b 2 s_q 2: 128, 0.89x; V4 h64 128 + 512 b 16 s_q 1: 80, 0.89x; V4 h64 b 32-64: 160-320 pairs,
-// 0.98-1.01x), from 64 pairs down 1.03-1.29x (V3.2 h128 b 1 s_q 2: 64, 1.03x; V3.2 h64 b 2 s_q 2:
-// 64, 1.08x; V4 h64 b 12 s_q 1: 60, 1.08x; V4 h128 b 1: 18-36, 1.10-1.12x; V3.2 b 1: 16-32,
-// 1.24-1.29x).
+// SMLA_DECODE_SM90A unset: when its launch has at least sm90a_decode_min_default_pairs pairs of
+// 64-key blocks with full lists (b * s_q queries x head groups x ceil(blocks / 2) pairs). Below
+// that a CTA's fixed costs (its Q, the ring's first gathers and conversions, the store) outweigh
+// what its pairs gain. Measured on the H200 against the portable kernels in one binary:
+//
+// - 33..128 heads: one pair per kSm90aDecodeSmsPerPair SMs (66 on the H200). v15,
+//   benchmarks/results/sm90a-decode-default-rule-h200-2026-12-04/: from 72 pairs up every row ran
+//   0.85-1.01x their time (V4 h128 128 + 1024 slots b 2 s_q 2: 72 pairs, 0.94x; V3.2 h128 b 2
+//   s_q 2: 128, 0.89x; V4 h64 128 + 512 b 16 s_q 1: 80, 0.89x; V4 h64 b 32-64: 160-320 pairs,
+//   0.98-1.01x), from 64 pairs down 1.03-1.29x (V3.2 h128 b 1 s_q 2: 64, 1.03x; V3.2 h64 b 2
+//   s_q 2: 64, 1.08x; V4 h64 b 12 s_q 1: 60, 1.08x; V4 h128 b 1: 18-36, 1.10-1.12x; V3.2 b 1:
+//   16-32, 1.24-1.29x).
+// - 17..32 heads (half the 64-row tile padded, against the portable 32-row tile):
+//   kSm90aDecodePaddedPairsPerSm pairs per SM. v18,
+//   benchmarks/results/sm90a-decode-small-heads-h200-2026-12-04/: 32 heads V3.2 topk 2048 b 64
+//   s_q 2 (2048 pairs) 0.84x, V4 128 + 512 s_q 1 b 128 (640) 0.88x, b 64 (320) 1.11x, b 12 (60)
+//   1.15x, b 1 (5) 1.21x. The padding costs the kernel little (its bound is the in-place
+//   conversion of each block, the same at any head count), the per-CTA fixed costs more than at
+//   64 heads, where the portable tile is slower.
+// - 16 heads or fewer: never (kSm90aDecodeMinDefaultHeads). The portable 16-row tile (the
+//   warp-specialised one on FP8 caches) does a quarter of the 64-row tile's work per block: the
+//   Hopper decode took 1.25-1.36x its time on every 8- and 16-head row of the same call, at up to
+//   2048 pairs.
 inline constexpr int64_t kSm90aDecodeSmsPerPair = 2;
+inline constexpr int64_t kSm90aDecodePaddedPairsPerSm = 4;
+inline constexpr int64_t kSm90aDecodeMinDefaultHeads = 17;
 
 int64_t sm90a_decode_pairs(const SparseDecodeProblem& problem);
+
+// The pairs the rule above asks of a problem's launch on sm_count SMs; nullopt below
+// kSm90aDecodeMinDefaultHeads heads (never by default).
+std::optional<int64_t> sm90a_decode_min_default_pairs(const SparseDecodeProblem& problem,
+                                                      int sm_count);
 
 bool sm90a_decode_by_default(const SparseDecodeProblem& problem, int sm_count);
 

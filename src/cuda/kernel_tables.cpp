@@ -397,11 +397,11 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
 // ---- Hopper decode (sm_90a) -----------------------------------------------------------------
 
 // The Hopper FP8 decode for the problem's cache format if this build has it and it can run here:
-// an sm_90 device with the shared memory it needs, 33..128 heads (32 or fewer run the portable
-// 16- and 32-row tiles, which this kernel's 64-row tile would pad). SMLA_DECODE_SM90A=1 runs it
-// wherever it can, =0 never; unset, only where its launch has enough pairs of blocks for the
-// device's SMs (cuda::sm90a_decode_by_default, decode_launch_policy.h: below that the portable
-// kernels are faster).
+// an sm_90 device with the shared memory it needs, 1..128 heads (fewer than 64 in a group pad its
+// 64-row tile). SMLA_DECODE_SM90A=1 runs it wherever it can, =0 never; unset, only where its
+// launch has enough pairs of blocks for its head count and the device's SMs
+// (cuda::sm90a_decode_by_default, decode_launch_policy.h: below that the portable kernels are
+// faster).
 const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& problem,
                                                  std::string* why_not) {
   if (!knobs_valid(why_not)) return nullptr;
@@ -432,9 +432,8 @@ const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& prob
     *why_not = "d_v must be 512, got " + std::to_string(problem.d_v);
     return nullptr;
   }
-  if (problem.h_q < 33 || problem.h_q > 128) {
-    *why_not = "runs 33..128 heads (the portable 16- and 32-row tiles run fewer), got h_q " +
-               std::to_string(problem.h_q);
+  if (problem.h_q < 1 || problem.h_q > 128) {
+    *why_not = "h_q must be in [1, 128], got " + std::to_string(problem.h_q);
     return nullptr;
   }
   if (problem.b * problem.s_q > 0x7fffffff / 2) {
@@ -446,10 +445,16 @@ const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& prob
     DeviceLimits limits;
     if (!device_limits(problem.device, &limits, why_not)) return nullptr;
     if (!cuda::sm90a_decode_by_default(problem, limits.sm_count)) {
-      *why_not = "the portable kernels are faster below one pair of 64-key blocks per " +
-                 std::to_string(cuda::kSm90aDecodeSmsPerPair) +
-                 " SMs: " + std::to_string(cuda::sm90a_decode_pairs(problem)) + " pairs on " +
-                 std::to_string(limits.sm_count) + " SMs (SMLA_DECODE_SM90A=1 runs it anyway)";
+      const std::optional<int64_t> pairs =
+          cuda::sm90a_decode_min_default_pairs(problem, limits.sm_count);
+      *why_not = (pairs ? "the portable kernels are faster below " + std::to_string(*pairs) +
+                              " pairs of 64-key blocks on " + std::to_string(limits.sm_count) +
+                              " SMs at " + std::to_string(problem.h_q) + " heads, got " +
+                              std::to_string(cuda::sm90a_decode_pairs(problem))
+                        : "the portable 16-row tile is faster below " +
+                              std::to_string(cuda::kSm90aDecodeMinDefaultHeads) +
+                              " heads, got h_q " + std::to_string(problem.h_q)) +
+                 " (SMLA_DECODE_SM90A=1 runs it anyway)";
       return nullptr;
     }
   }

@@ -187,6 +187,29 @@ TEST(DecodeLaunchPolicy, HopperDecodeDefault) {
   // The extra list counts only with has_extra.
   v4.has_extra = false;
   EXPECT_EQ(sm90a_decode_pairs(v4), 12);
+
+  // Heads. 17..32 pad half the 64-row tile and need 4 pairs per SM (528 on the H200): V4 128 +
+  // 512 slots at s_q 1 runs it at b 128 (640 pairs), not at b 64 (320; 1.11x the portable time
+  // measured). 16 or fewer never, whatever the work; 33 and up one pair per two SMs.
+  SparseDecodeProblem shard = problem(KvCacheFormat::kV4Fp8, 128, 32, 128);
+  shard.has_extra = true;
+  shard.extra_topk = 512;
+  EXPECT_EQ(sm90a_decode_pairs(shard), 128 * 5);
+  EXPECT_EQ(sm90a_decode_min_default_pairs(shard, kH200Sms), std::optional<int64_t>(4 * 132));
+  EXPECT_TRUE(sm90a_decode_by_default(shard, kH200Sms));
+  shard.h_q = 17;
+  EXPECT_TRUE(sm90a_decode_by_default(shard, kH200Sms));
+  shard.b = 64;
+  EXPECT_FALSE(sm90a_decode_by_default(shard, kH200Sms));
+  shard.h_q = 33;
+  EXPECT_EQ(sm90a_decode_min_default_pairs(shard, kH200Sms), std::optional<int64_t>(66));
+  EXPECT_TRUE(sm90a_decode_by_default(shard, kH200Sms));
+  shard.h_q = 16;
+  shard.b = 1024;
+  EXPECT_EQ(sm90a_decode_min_default_pairs(shard, kH200Sms), std::nullopt);
+  EXPECT_FALSE(sm90a_decode_by_default(shard, kH200Sms));
+  shard.h_q = 1;
+  EXPECT_FALSE(sm90a_decode_by_default(shard, kH200Sms));
 }
 
 TEST(DecodeLaunchPolicy, TileChoice) {
