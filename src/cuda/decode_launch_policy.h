@@ -123,8 +123,8 @@ inline constexpr int kSm90aDecodeBlockKeys = 64;
 //   benchmarks/results/sm90a-decode-small-heads-h200-2026-12-04/: 32 heads V3.2 topk 2048 b 64
 //   s_q 2 (2048 pairs) 0.84x, V4 128 + 512 s_q 1 b 128 (640) 0.88x, b 64 (320) 1.11x, b 12 (60)
 //   1.15x, b 1 (5) 1.21x. The padding costs the kernel little (its bound is the in-place
-//   conversion of each block, the same at any head count), the per-CTA fixed costs more than at
-//   64 heads, where the portable tile is slower.
+//   conversion of each block, the same at any head count), but the portable 32-row tile it
+//   competes with is faster than the 64-row one, so its per-CTA fixed costs need more pairs.
 // - 16 heads or fewer: never (kSm90aDecodeMinDefaultHeads). The portable 16-row tile (the
 //   warp-specialised one on FP8 caches) does a quarter of the 64-row tile's work per block: the
 //   Hopper decode took 1.25-1.36x its time on every 8- and 16-head row of the same call, at up to
