@@ -14,9 +14,10 @@
 # skips the benchmarks), SMLA_CHECK_CASES (random SPEC §5 cases on the GPU, default 400; 0 skips),
 # SMLA_CHECK_SEED (their first seed, default the time: each run covers new cases, and a failing
 # case prints the command that reruns it),
-# SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck racecheck
-# synccheck"; synccheck takes ~5 s and found the wide exchange's bar.sync reached from two
-# branches, fixed in e76e83d),
+# SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck synccheck
+# memcheck@sm90a-decode synccheck@sm90a-decode racecheck": TOOL@sm90a-decode runs the subset's FP8
+# decode tests with the Hopper decode forced; synccheck takes ~5 s and found the wide exchange's
+# bar.sync reached from two branches, fixed in e76e83d),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json),
 # SMLA_GPU_CHECK_CODE: sm90a (default) builds what the H200 runs; sm80 builds the code an A100
@@ -57,6 +58,7 @@ BENCH_SUITES=${SMLA_BENCH_SUITES:-all}
 # v32_fp8; ExtraCacheAndPages runs it for v4_fp8: the warp-specialised kernel, the split kernel's
 # register-Q tile under racecheck) and one prefill recipe sweep (memcheck runs ~10-50x slower).
 SANITIZER_FILTER=${SMLA_SANITIZER_FILTER:-'DecodePlannerGpu.*:SplitCombineGpu.*:DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.LongListsSplit/bf16_d512:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:Formats/PortableDecode.ManyRequests/v32_fp8:DQk/PortablePrefill.TopkAndFeatures/*'}
+SANITIZER_DECODE_SM90A_FILTER='DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:Formats/PortableDecode.ManyRequests/v32_fp8'
 BUDGET_S=${SMLA_GPU_CHECK_BUDGET_S:-570}
 START=$(date +%s)
 mkdir -p "$OUT_DIR"
@@ -64,7 +66,7 @@ mkdir -p "$OUT_DIR"
 declare -a ROWS=()
 FAILED=0
 # row STEP RESULT SECONDS LOG
-row() { ROWS+=("$(printf '%-12s %-44s %6ss  %s' "$1" "$2" "$3" "$4")"); }
+row() { ROWS+=("$(printf '%-22s %-44s %6ss  %s' "$1" "$2" "$3" "$4")"); }
 # Seconds left of the budget minus a reserve for the later steps, at least 30.
 left() {
   local n=$((BUDGET_S - ($(date +%s) - START) - $1))
@@ -74,7 +76,7 @@ finish() {
   {
     echo
     echo "gpu-check: $(head -1 "$OUT_DIR/machine.txt" 2>/dev/null)"
-    printf '%-12s %-44s %7s  %s\n' step result time log
+    printf '%-22s %-44s %7s  %s\n' step result time log
     printf '%s\n' "${ROWS[@]}"
     [[ $FAILED == 0 ]] && echo "gpu-check: all steps passed" || echo "gpu-check: FAILED"
   } | tee "$OUT_DIR/summary.txt"
@@ -180,8 +182,11 @@ t0=$(date +%s)
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 TESTS="$BUILD/tests/cpp/sparse_mla_gpu_tests"
 : >"$OUT_DIR/sanitizer.log"
-read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck racecheck synccheck}"
-for tool in "${SANITIZER_TOOLS[@]}"; do
+read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck synccheck memcheck@sm90a-decode synccheck@sm90a-decode racecheck}"
+for i in "${!SANITIZER_TOOLS[@]}"; do
+  entry=${SANITIZER_TOOLS[$i]}
+  tool=${entry%@*}
+  filter=$SANITIZER_FILTER
   # racecheck does not model named-barrier arrive / sync hand-offs (it reports hazards on a
   # correct one: the probe racecheck_arrive_probe.cu of commit bd7b7ca), which the
   # warp-specialised decode kernel and the seesaw of the Hopper prefill and decode are built on
@@ -192,15 +197,23 @@ for tool in "${SANITIZER_TOOLS[@]}"; do
   # items each.
   tool_env=(SMLA_PREFILL_SM90A_CTAS=3)
   [[ $tool == racecheck ]] && tool_env=(SMLA_DECODE_WARP_SPECIALIZED=0 SMLA_PREFILL_SM90A=0 SMLA_DECODE_SM90A=0)
-  echo "==== $tool ${tool_env[*]} --gtest_filter=$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log"
-  timeout "$(($(left 120) / ${#SANITIZER_TOOLS[@]}))" env "${tool_env[@]}" "$SAN" --tool "$tool" \
+  # TOOL@sm90a-decode: the subset's FP8 decode tests with the Hopper decode forced, which the
+  # default rule gives none of them (their launches are small), at every head count they have.
+  if [[ $entry == *@sm90a-decode ]]; then
+    tool_env=(SMLA_DECODE_SM90A=1)
+    filter=$SANITIZER_DECODE_SM90A_FILTER
+  fi
+  echo "==== $tool ${tool_env[*]} --gtest_filter=$filter" >>"$OUT_DIR/sanitizer.log"
+  # An equal share of what is left for each tool still to run (the quick ones first, racecheck,
+  # the slowest, last with what they left).
+  timeout "$(($(left 120) / (${#SANITIZER_TOOLS[@]} - i)))" env "${tool_env[@]}" "$SAN" --tool "$tool" \
     --error-exitcode 99 --print-limit 20 \
-    "$TESTS" --gtest_filter="$SANITIZER_FILTER" >>"$OUT_DIR/sanitizer.log" 2>&1
+    "$TESTS" --gtest_filter="$filter" >>"$OUT_DIR/sanitizer.log" 2>&1
   rc=$?
   ran=$(awk '/^==== /{n=0} /^\[       OK \]/{n++} END{print n+0}' "$OUT_DIR/sanitizer.log")
   errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$OUT_DIR/sanitizer.log" | tail -1)
   [[ $rc != 0 || $ran == 0 ]] && FAILED=1
-  row "$tool" "rc $rc, ${errors:-no summary}, $ran tests ok" $(($(date +%s) - t0)) sanitizer.log
+  row "$entry" "rc $rc, ${errors:-no summary}, $ran tests ok" $(($(date +%s) - t0)) sanitizer.log
   t0=$(date +%s)
 done
 
