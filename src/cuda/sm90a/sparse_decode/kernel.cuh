@@ -179,6 +179,17 @@ struct HalfUnits {
       : has_first(c < kPhase1Units), first(c), second(c + 8 < 4 * kPanels ? c + 8 : c) {}
 };
 
+// Row r of a block: whether its slot is valid (0 <= index < the cache's slots) and its data and
+// scale rows (slot 0's, in bounds, for an invalid one).
+template <class Traits>
+__device__ __forceinline__ portable_decode::SlotRows block_row(const detail::DecodeParams& p,
+                                                               const CacheDividers& div,
+                                                               const BlockRows& rows, int r,
+                                                               bool* valid) {
+  return locate_slot<Traits>(rows.main ? p.cache : p.extra_cache, div.of(rows.main), rows.index[r],
+                             valid);
+}
+
 // One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
 // check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
 // with its first half, cp.async the raw fp8 units, the rows' scales and the bf16 tail, and arrive
@@ -199,21 +210,11 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
   const uint32_t half_base = tile + kHalf * kLeftPanels * kPanelBytes;
   const uint32_t raw = half_base + kPanels * kPanelBytes / 2;
   const HalfUnits<kPanels> units(at.chunk);
-  // The block's cache and page divider once; the rows one per turn of a loop that is not unrolled
-  // (four turns: the copies of one row instead of four in the code). Each turn takes entry 0 of
-  // the held list entries, which then move down by one (constant indices: an index that depends
-  // on the turn would put them in local memory).
-  const detail::KvCacheParams& cache = rows.main ? p.cache : p.extra_cache;
-  const PageDivider page_div = div.of(rows.main);
-  int32_t index[4] = {rows.index[0], rows.index[1], rows.index[2], rows.index[3]};
-#pragma unroll 1
+#pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int row = at.group + 16 * r;
     bool valid;
-    const portable_decode::SlotRows src = locate_slot<Traits>(cache, page_div, index[0], &valid);
-    index[0] = index[1];
-    index[1] = index[2];
-    index[2] = index[3];
+    const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
     if (at.chunk == 0) {
       if (writes_flags) sm.valid[kStage][row] = valid ? 1 : 0;
       ptx::cp_async_ca_8(half_base + 8 * row, half_scale_source<Traits, kHalf>(src),
