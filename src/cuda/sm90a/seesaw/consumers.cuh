@@ -341,31 +341,6 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], int q) {
   a[3] = high ? a[3] : r3;
 }
 
-// Row h of the thread's two (accumulator values 4 n + 2 h, +1 of slice n) times `scale` as bf16
-// into out_row, the row's 256 columns of the warpgroup (16-B aligned). A quad holds 8 consecutive
-// columns of a row per slice (4 B per lane); quad_transpose turns 4 slices into 16 consecutive
-// bytes per lane, so each 16-B store fills whole 32-B sectors (16 STG.128 per thread where 64
-// STG.32 wrote half sectors; ncu at prefill d512 h64 topk 512: the 4-B stores held 16 % of the
-// consumers' stall samples, LSU-throttled). Every lane runs the transposes (their shuffles name
-// the whole warp); only a live row stores.
-__device__ __forceinline__ void store_row_bf16(uint16_t* out_row, const float (&o)[128], int h,
-                                               float scale, int quad_lane, bool live) {
-#pragma unroll
-  for (int group = 0; group < 8; ++group) {  // accumulator slices 4 group .. 4 group + 3
-    uint32_t v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int i = 4 * (4 * group + k) + 2 * h;
-      v[k] = ptx::pack_bf16x2(o[i] * scale, o[i + 1] * scale);
-    }
-    quad_transpose(v, quad_lane);
-    if (live) {
-      *reinterpret_cast<uint4*>(out_row + 8 * (4 * group + quad_lane)) =
-          make_uint4(v[0], v[1], v[2], v[3]);
-    }
-  }
-}
-
 // One work item's pairs (num_pairs >= 0) from the CTA's ring pair `ring_pairs` on, its Q at phase
 // `item_count` of q_full: o and st hold the item's accumulators and row state on return. The
 // item's last scores free Q (q_empty, both warpgroups), so the producer may load the next item's.

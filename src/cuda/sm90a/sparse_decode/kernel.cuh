@@ -13,9 +13,9 @@
 //              converting each half in place before its first MMA (convert_half: e4m3 x the
 //              tile's scale, one rounding to bf16: v32_fp8 in fp32, v4_fp8's power of two in bf16,
 //              cuda/device/fp8_dequant.cuh);
-//   store      an unsplit query's bf16 out (sink applied) in 16-B stores and natural-log lse, or a
-//              split piece's fp32 partial (normalised by its own sum) and log2 partial lse for the
-//              combine (portable_decode::finish_row / store_row).
+//   store      an unsplit query's bf16 out (sink applied) and natural-log lse, or a split piece's
+//              fp32 partial (normalised by its own sum) and log2 partial lse for the combine
+//              (portable_decode::finish_row / store_row).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -400,37 +400,25 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
 
 // ---- consumers and the store ---------------------------------------------------------------
 
-// The piece's output: an unsplit query's out with the sink in 16-B stores (store_row_bf16, as the
-// prefill's: out rows are 16-B aligned, core/validate) and its lse (natural log), or a split
-// piece's partial row normalised by its sum and its log2 lse through the split kernel's row stores
-// (portable_decode::PieceTarget). Accumulator slice n holds columns 8 n + 2 (lane % 4), +1 of the
-// warpgroup's 256: the [n][4] view of store_row.
+// The piece's output through the split kernel's row stores (portable_decode::PieceTarget): an
+// unsplit query's out with the sink and its lse (natural log), or a split piece's partial row
+// normalised by its sum and its log2 lse. Accumulator slice n holds columns 8 n + 2 (lane % 4),
+// +1 of the warpgroup's 256: the [n][4] view of store_row.
 __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Piece& w,
                                             int32_t slot, int head0, const ConsumerPlace& at,
                                             RowState& st, float (&o)[128],
                                             float (&row_sum)[2][kHeadRows]) {
   publish_row_sums(at, st, row_sum, nullptr);
-  const detail::DecodeParams& p = launch.p;
   const portable_decode::PieceTarget to{&launch, w.b, w.s, slot, head0};
   const auto& slices = *reinterpret_cast<const float(*)[32][4]>(&o);
-  const int quad_lane = at.lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    // Rows past h_q store nothing and read no sink (every lane of an unsplit piece runs
-    // store_row_bf16's shuffles).
     const int head = head0 + at.row[h];
-    const bool live = head < p.problem.h_q;
+    if (head >= launch.p.problem.h_q) continue;
     const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
     const float scale =
-        live ? portable_decode::finish_row(to, head, st.m[h], l_total, at.wg == 0 && quad_lane == 0)
-             : 0.0f;
-    if (slot < 0) {
-      uint16_t* out_row = p.out + w.b * p.out_stride_b + w.s * p.out_stride_s +
-                          static_cast<int64_t>(head) * p.out_stride_h + 256 * at.wg;
-      store_row_bf16(out_row, o, h, scale, quad_lane, live);
-    } else if (live) {
-      portable_decode::store_row<32>(to, head, 256 * at.wg + 2 * quad_lane, slices, 2 * h, scale);
-    }
+        portable_decode::finish_row(to, head, st.m[h], l_total, at.wg == 0 && (at.lane & 3) == 0);
+    portable_decode::store_row<32>(to, head, 256 * at.wg + 2 * (at.lane & 3), slices, 2 * h, scale);
   }
 }
 

@@ -157,8 +157,11 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
 // item parity: the peer may still read the previous item's), the output scale with the sink; out
 // from the accumulators, max_logits and lse in natural log by WG0, max_logits from both
 // warpgroups' true maxima (WG1's through row_max_peer, given only for an item with pairs: see
-// publish_row_sums; a row of an item without pairs is empty and reads none). out in 16-B stores
-// (store_row_bf16; out rows are 16-B aligned, core/validate).
+// publish_row_sums; a row of an item without pairs is empty and reads none). A quad holds 8
+// consecutive columns of a row per accumulator slice (4 B per lane); quad_transpose turns 4 slices
+// into 16 consecutive bytes per lane, so each 16-B store fills whole 32-B sectors (16 STG.128 per
+// thread where 64 STG.32 wrote half sectors; ncu at d512 h64 topk 512: the 4-B stores held 16 % of
+// the consumers' stall samples, LSU-throttled). out rows are 16-B aligned (core/validate).
 __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64_t token, int head0,
                                            bool has_pairs, const ConsumerPlace& at, RowState& st,
                                            const float (&o)[128], float (&row_sum)[2][kHeadRows],
@@ -168,7 +171,8 @@ __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64
   const int quad_lane = at.lane & 3;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    // Rows past h_q store nothing and read no sink (every lane runs store_row_bf16's shuffles).
+    // Every lane runs the transposes (their shuffles name the whole warp); rows past h_q store
+    // nothing and read no sink.
     const int head = head0 + at.row[h];
     const bool live = head < p.problem.h_q;
     const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
@@ -180,7 +184,20 @@ __device__ __forceinline__ void store_item(const detail::PrefillParams& p, int64
     }
     uint16_t* out_row =
         p.out + token * p.out_stride_s + static_cast<int64_t>(head) * p.out_stride_h + 256 * at.wg;
-    store_row_bf16(out_row, o, h, scale, quad_lane, live);
+#pragma unroll
+    for (int group = 0; group < 8; ++group) {  // accumulator slices 4 group .. 4 group + 3
+      uint32_t v[4];
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int i = 4 * (4 * group + k) + 2 * h;
+        v[k] = ptx::pack_bf16x2(o[i] * scale, o[i + 1] * scale);
+      }
+      quad_transpose(v, quad_lane);
+      if (live) {
+        *reinterpret_cast<uint4*>(out_row + 8 * (4 * group + quad_lane)) =
+            make_uint4(v[0], v[1], v[2], v[3]);
+      }
+    }
     if (live && at.wg == 0 && quad_lane == 0) {
       const bool empty = !(l_total > 0.0f);
       p.lse[token * p.lse_stride_s + head * p.lse_stride_h] =
