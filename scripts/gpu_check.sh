@@ -15,9 +15,9 @@
 # SMLA_CHECK_SEED (their first seed, default the time: each run covers new cases, and a failing
 # case prints the command that reruns it),
 # SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck synccheck
-# memcheck@sm90a-decode synccheck@sm90a-decode racecheck": TOOL@sm90a-decode runs the subset's FP8
-# decode tests with the Hopper decode forced; synccheck takes ~5 s and found the wide exchange's
-# bar.sync reached from two branches, fixed in e76e83d),
+# memcheck@sm90a-decode synccheck@sm90a-decode racecheck": TOOL@sm90a-decode runs the subset's
+# FP8 and bf16 decode tests with the Hopper decode forced; synccheck takes ~5 s and found the wide
+# exchange's bar.sync reached from two branches, fixed in e76e83d),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json),
 # SMLA_GPU_CHECK_CODE: sm90a (default) builds what the H200 runs; sm80 builds the code an A100
@@ -58,7 +58,7 @@ BENCH_SUITES=${SMLA_BENCH_SUITES:-all}
 # v32_fp8; ExtraCacheAndPages runs it for v4_fp8: the warp-specialised kernel, the split kernel's
 # register-Q tile under racecheck) and one prefill recipe sweep (memcheck runs ~10-50x slower).
 SANITIZER_FILTER=${SMLA_SANITIZER_FILTER:-'DecodePlannerGpu.*:SplitCombineGpu.*:DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.LongListsSplit/bf16_d512:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:Formats/PortableDecode.ManyRequests/v32_fp8:DQk/PortablePrefill.TopkAndFeatures/*'}
-SANITIZER_DECODE_SM90A_FILTER='DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:Formats/PortableDecode.ManyRequests/v32_fp8'
+SANITIZER_DECODE_SM90A_FILTER='DecodeGraphGpu.*:Formats/PortableDecode.LongListsSplit/v32_fp8:Formats/PortableDecode.LongListsSplit/bf16_d512:Formats/PortableDecode.ExtraCacheAndPages/v4_fp8:Formats/PortableDecode.ExtraCacheAndPages/bf16_d576:Formats/PortableDecode.ManyRequests/v32_fp8'
 BUDGET_S=${SMLA_GPU_CHECK_BUDGET_S:-570}
 START=$(date +%s)
 mkdir -p "$OUT_DIR"
@@ -197,7 +197,7 @@ for i in "${!SANITIZER_TOOLS[@]}"; do
   # items each.
   tool_env=(SMLA_PREFILL_SM90A_CTAS=3)
   [[ $tool == racecheck ]] && tool_env=(SMLA_DECODE_WARP_SPECIALIZED=0 SMLA_PREFILL_SM90A=0 SMLA_DECODE_SM90A=0)
-  # TOOL@sm90a-decode: the subset's FP8 decode tests with the Hopper decode forced, which the
+  # TOOL@sm90a-decode: the subset's decode tests with the Hopper decode forced, which the
   # default rule gives none of them (their launches are small), at every head count they have.
   if [[ $entry == *@sm90a-decode ]]; then
     tool_env=(SMLA_DECODE_SM90A=1)

@@ -37,8 +37,8 @@ struct Sm90aPrefillEntry {
   int (*smem)();  // dynamic shared memory, bytes
 };
 
-// The Hopper FP8 sparse decode for one cache format (family sm90a_sparse_decode, sm_90a code
-// only): 64 head rows per CTA, 64-key blocks, one CTA per SM.
+// The Hopper sparse decode for one cache format and d_qk (family sm90a_sparse_decode, sm_90a
+// code only): 64 head rows per CTA, 64-key blocks, one CTA per SM.
 struct Sm90aDecodeEntry {
   const char* name;
   KvCacheFormat format;

@@ -396,7 +396,7 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
 
 // ---- Hopper decode (sm_90a) -----------------------------------------------------------------
 
-// The Hopper FP8 decode for the problem's cache format if this build has it and it can run here:
+// The Hopper decode for the problem's cache format if this build has it and it can run here:
 // an sm_90 device with the shared memory it needs, 1..128 heads (fewer than 64 in a group pad its
 // 64-row tile). SMLA_DECODE_SM90A=1 runs it wherever it can, =0 never; unset, only where its
 // launch has enough pairs of blocks for its head count and the device's SMs
@@ -422,8 +422,8 @@ const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& prob
     const char* why = cuda::why_not_built("sm90a_sparse_decode", problem.format, problem.d_qk);
     *why_not = why != nullptr ? std::string(why)
                               : std::string(
-                                    "serves v32_fp8 (d_qk 576) and v4_fp8 (d_qk 512) caches, "
-                                    "got ") +
+                                    "serves v32_fp8 (d_qk 576), v4_fp8 (d_qk 512) and bf16 "
+                                    "(d_qk 576, 512) caches, got ") +
                                     kv_cache_format_name(problem.format) + " d_qk " +
                                     std::to_string(problem.d_qk);
     return nullptr;

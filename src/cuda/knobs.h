@@ -8,7 +8,7 @@
 //   SMLA_PREFILL_SM90A_CTAS      1..2^20  caps the Hopper prefill's persistent grid (one CTA per
 //                                         SM by default), so that small tests walk several work
 //                                         items per CTA (sm90a/sparse_prefill/kernel.cuh)
-//   SMLA_DECODE_SM90A            0 | 1    the Hopper FP8 decode kernel on sm_90 devices: 1 runs it
+//   SMLA_DECODE_SM90A            0 | 1    the Hopper decode kernel on sm_90 devices: 1 runs it
 //                                         wherever it can, 0 never; unset, where its launch has
 //                                         enough work (sm90a_decode_by_default,
 //                                         decode_launch_policy.h; kernel_tables.cpp)

@@ -34,10 +34,11 @@ class Table(unittest.TestCase):
                 self.assertIn(f"_h{k.rows}_k{k.block_keys}", k.name)
 
     def test_every_configuration_of_the_cuda_back_end(self):
-        self.assertEqual(len(KERNELS), 49)
+        self.assertEqual(len(KERNELS), 51)
         hopper = [k for k in KERNELS if k.arch == "sm90a"]
         self.assertEqual(sorted(k.name for k in hopper),
-                         ["sm90a_sparse_decode_v32fp8_d576", "sm90a_sparse_decode_v4fp8_d512",
+                         ["sm90a_sparse_decode_bf16_d512", "sm90a_sparse_decode_bf16_d576",
+                          "sm90a_sparse_decode_v32fp8_d576", "sm90a_sparse_decode_v4fp8_d512",
                           "sm90a_sparse_prefill_d512", "sm90a_sparse_prefill_d576"])
         prefill = [k for k in KERNELS if k.family == "portable_sparse_prefill"]
         decode = [k for k in KERNELS if k.family == "portable_sparse_decode"]
@@ -69,12 +70,12 @@ class Select(unittest.TestCase):
 
     def test_deepseek_v4_is_d_qk_512_only(self):
         sel = generate.select("deepseek-v4", "90a")
-        # prefill 6 + sm90a 1, v4_fp8 6 + 1 + sm90a 1, bf16 d512 6, v41_fp8 6 + 1
-        self.assertEqual(len(sel.built), 28)
+        # prefill 6 + sm90a 1, v4_fp8 6 + 1 + sm90a 1, bf16 d512 6 + sm90a 1, v41_fp8 6 + 1
+        self.assertEqual(len(sel.built), 29)
         self.assertTrue(all(k.d_qk == 512 for k in sel.built))
         self.assertEqual({k.format for k in sel.built}, {"v4_fp8", "bf16", "v41_fp8"})
         self.assertIn("portable_sparse_decode_v4fp8_d512_h16_k32_warp_specialized", names(sel))
-        self.assertEqual(len(sel.absent), 21)
+        self.assertEqual(len(sel.absent), 22)
         for k, why in sel.absent:
             self.assertNotEqual(k.d_qk, 512)
             self.assertIn("SMLA_KERNELS=deepseek-v4 does not select", why)
@@ -165,8 +166,8 @@ class Files(unittest.TestCase):
         self.tmp.cleanup()
 
     def test_units_and_registry_agree(self):
-        for spec, prefill, decode, hopper, hopper_decode in (("all", 12, 33, 2, 2),
-                                                             ("deepseek-v4", 6, 20, 1, 1)):
+        for spec, prefill, decode, hopper, hopper_decode in (("all", 12, 33, 2, 4),
+                                                             ("deepseek-v4", 6, 20, 1, 2)):
             out = self.write(spec)
             units = sorted(p.stem for p in (out / "instantiations").glob("*.cu"))
             self.assertEqual(len(units), prefill + decode + hopper + hopper_decode)
@@ -177,11 +178,11 @@ class Files(unittest.TestCase):
             self.assertIn(f"std::array<Sm90aDecodeEntry, {hopper_decode}> kSm90aDecodeEntries",
                           inc)
             built = prefill + decode + hopper + hopper_decode
-            self.assertIn(f"std::array<AbsentKernel, {49 - built}> kAbsentKernels", inc)
+            self.assertIn(f"std::array<AbsentKernel, {51 - built}> kAbsentKernels", inc)
             entries, absent = inc.split("kAbsentKernels")
             self.assertEqual(sorted(re.findall(r'^    \{\{?"([a-z0-9_]+)"', entries, re.M)), units)
             absent_rows = re.findall(r'^    \{"([a-z0-9_]+)"', absent, re.M)
-            self.assertEqual(len(absent_rows), 49 - len(units))
+            self.assertEqual(len(absent_rows), 51 - len(units))
             cmake = (out / "kernels.cmake").read_text()
             self.assertIn(f"set(SMLA_KERNELS_BUILT {built})", cmake)
             self.assertIn("sm90a_sparse_prefill_d512.cu", cmake)
@@ -212,7 +213,7 @@ class Files(unittest.TestCase):
         gone = out / "instantiations" / "portable_sparse_prefill_d576_h16_k64.cu"
         self.assertFalse(gone.exists())
         self.assertEqual(kept.stat().st_mtime_ns, before)
-        self.assertEqual(len(list((out / "instantiations").glob("*.cu"))), 28)
+        self.assertEqual(len(list((out / "instantiations").glob("*.cu"))), 29)
 
     def test_command_line(self):
         self.assertEqual(generate.main(["--list", "--kernels", "portable_sparse_prefill_d5*"]), 0)

@@ -239,8 +239,9 @@ FAMILIES: dict[str, Family] = {
         ],
         describe=lambda k: (
             f"Hopper (sm_90a) sparse decode, {k.format} cache, d_qk {k.d_qk}: 64 head rows per "
-            "CTA, 64-key blocks, a producer warpgroup that copies FP8 rows and wgmma consumers that "
-            "dequantise them in place."
+            "CTA, 64-key blocks, a producer warpgroup that copies the cache's rows and wgmma "
+            "consumers"
+            + (" that dequantise them in place." if k.format != "bf16" else ".")
         ),
         launch_header="cuda/sm90a/sparse_decode/launch.h",
         registry="kSm90aDecodeEntries",
@@ -297,10 +298,11 @@ KERNELS: list[Kernel] = (
     ]
     # The Hopper prefill: one tile (64 head rows, 64-key blocks) per d_qk, sm_90a code only.
     + [Kernel("sm90a_sparse_prefill", d_qk=dqk, arch="sm90a") for dqk in (576, 512)]
-    # The Hopper FP8 decode: one kernel per FP8 cache format, sm_90a code only.
+    # The Hopper decode: one kernel per cache format and d_qk (V4.1's records run the portable
+    # kernels), sm_90a code only.
     + [
         Kernel("sm90a_sparse_decode", format=fmt, d_qk=dqk, arch="sm90a")
-        for fmt, dqk in (("v32_fp8", 576), ("v4_fp8", 512))
+        for fmt, dqk in (("v32_fp8", 576), ("v4_fp8", 512), ("bf16", 576), ("bf16", 512))
     ]
 )
 

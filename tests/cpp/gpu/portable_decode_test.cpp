@@ -183,8 +183,8 @@ int usable_smem() {
   return limits.smem_optin;
 }
 
-// Whether this build's Hopper FP8 decode (kernel_tables.cpp sm90a_decode_entry) is the kernel for
-// the case here: a v32_fp8 or v4_fp8 cache (any head count) on an sm_90 device with its own
+// Whether this build's Hopper decode (kernel_tables.cpp sm90a_decode_entry) is the kernel for
+// the case here: a v32_fp8, v4_fp8 or bf16 cache (any head count) on an sm_90 device with its own
 // shared memory, where SMLA_DECODE_SM90A=1 turns it on, =0 off, and unset leaves it to the
 // head count and the launch's work (cuda::sm90a_decode_by_default; tests/cpp/CMakeLists.txt:
 // gpu_decode_sm90a, gpu_decode_portable_on_sm90).
@@ -195,8 +195,8 @@ bool hopper_decode_expected(const verify::DecodeCase& c, const DeviceInfo& devic
                           : cuda::sm90a_decode_by_default(c.problem, device.sm_count);
   return wanted && device.cc_major == 9 && device.cc_minor == 0 &&
          std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
-         (c.problem.format == KvCacheFormat::kV32Fp8 ||
-          c.problem.format == KvCacheFormat::kV4Fp8) &&
+         (c.problem.format == KvCacheFormat::kV32Fp8 || c.problem.format == KvCacheFormat::kV4Fp8 ||
+          c.problem.format == KvCacheFormat::kBf16) &&
          cuda::why_not_built("sm90a_sparse_decode", c.problem.format, c.problem.d_qk) == nullptr &&
          !cuda::sm90a_decode_entries().empty() && SMLA_TEST_BUILD_HAS_SM90_CODE;
 }

@@ -1,16 +1,18 @@
-// Hopper (sm_90a) sparse decode kernel over an FP8 paged cache (SPEC §3; design in config.cuh and
-// docs/kernels/sm90a_sparse_decode.md). Grid (parts, head groups of 64): CTA (part, group) walks
-// the pieces of its DecodePartSchedule, each a work item of the seesaw (seesaw/consumers.cuh) with
-// the ring and its barriers carried over from piece to piece. Roles, per piece:
+// Hopper (sm_90a) sparse decode kernel over a paged FP8 or bf16 cache (SPEC §3; design in
+// config.cuh and docs/kernels/sm90a_sparse_decode.md). Grid (parts, head groups of 64): CTA
+// (part, group) walks the pieces of its DecodePartSchedule, each a work item of the seesaw
+// (seesaw/consumers.cuh) with the ring and its barriers carried over from piece to piece. Roles,
+// per piece:
 //   producer   Q once the consumers' last scores of the previous piece are done, then per pair of
 //              64-slot blocks (K0, K1; main list first, then extra) four half-stages in the order
-//              the consumers free them: wait until free, cp.async the raw e4m3 bytes of the half
-//              into the upper part of its own panels, the rows' scales into its lower part and the
-//              bf16 tail into its panel (invalid slots zero-filled from slot 0, never read), and
-//              arrive on the half's full barrier as the copies land; the next pair's rows are
-//              L2-prefetched a pair ahead;
+//              the consumers free them: wait until free, cp.async the half's bytes (FP8: the raw
+//              e4m3 bytes into the upper part of its own panels, the rows' scales into its lower
+//              part and the bf16 tail into its panel; bf16: the rows as they are, the prefill's
+//              copy), invalid slots zero-filled from slot 0 (never read), and arrive on the
+//              half's full barrier as the copies land; the next pair's rows are L2-prefetched a
+//              pair ahead;
 //   consumers  the seesaw, as in the prefill, with the scoring warpgroup (WG0 for K0, WG1 for K1)
-//              converting each half in place before its first MMA (convert_half: e4m3 x the
+//              converting an FP8 half in place before its first MMA (convert_half: e4m3 x the
 //              tile's scale, one rounding to bf16: v32_fp8 in fp32, v4_fp8's power of two in bf16,
 //              cuda/device/fp8_dequant.cuh);
 //   store      an unsplit query's bf16 out (sink applied) and natural-log lse, or a split piece's
@@ -22,6 +24,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/params.h"
 #include "cuda/device/fp8_dequant.cuh"
@@ -190,23 +193,17 @@ __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::Dec
                              valid);
 }
 
-// One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
-// check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
-// with its first half, cp.async the raw fp8 units, the rows' scales and the bf16 tail, and arrive
-// on the half's full barrier once they land (cp.async.mbarrier.arrive.noinc) and, for the chunk-0
-// thread of each row, after its flags. The scoring warpgroup converts the half (convert_half).
+// An FP8 half-stage's copies (issue_half): per row, the raw e4m3 units of the half into the upper
+// part of its fp8 panels, the row's scales of the half into its lower 512 B and (half 1) the
+// bf16 tail into its panel; the validity flags with the block's first half.
 template <class Traits, int kStage, int kHalf>
-__device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const CacheDividers& div,
-                                           const BlockRows& rows, const ProducerPlace& at,
-                                           uint32_t ring_pair, bool writes_flags,
-                                           Smem<Traits::kDqk>& sm) {
+__device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
+                                               const CacheDividers& div, const BlockRows& rows,
+                                               const ProducerPlace& at, bool writes_flags,
+                                               uint32_t tile, Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kQuantPanels = Traits::kQuantDims / 64;
   constexpr int kRawPitch = kPanels * 64;
-  if (ring_pair > 0) {
-    ptx::mbarrier_wait_parity(smem_u32(&sm.empty[2 * kStage + kHalf]), (ring_pair - 1) & 1);
-  }
-  const uint32_t tile = smem_u32(sm.kv[kStage]);
   const uint32_t half_base = tile + kHalf * kLeftPanels * kPanelBytes;
   const uint32_t raw = half_base + kPanels * kPanelBytes / 2;
   const HalfUnits<kPanels> units(at.chunk);
@@ -234,6 +231,39 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
             src.data + Traits::kTailOffset + 128 * (panel - kQuantPanels) + 16 * at.chunk, bytes);
       }
     }
+  }
+}
+
+// One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
+// check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
+// with its first half, cp.async the half's bytes and arrive on its full barrier once they land
+// (cp.async.mbarrier.arrive.noinc) and, for the chunk-0 thread of each row, after its flags. A
+// bf16 cache's rows go into the tile as they are; an FP8 cache's raw units, scales and tail are
+// converted by the scoring warpgroup (convert_half).
+template <class Traits, int kStage, int kHalf>
+__device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const CacheDividers& div,
+                                           const BlockRows& rows, const ProducerPlace& at,
+                                           uint32_t ring_pair, bool writes_flags,
+                                           Smem<Traits::kDqk>& sm) {
+  if (ring_pair > 0) {
+    ptx::mbarrier_wait_parity(smem_u32(&sm.empty[2 * kStage + kHalf]), (ring_pair - 1) & 1);
+  }
+  const uint32_t tile = smem_u32(sm.kv[kStage]);
+  if constexpr (Traits::kFormat == KvCacheFormat::kBf16) {
+    // A bf16 row is the tile's row as is: the half's panels straight from the slot's row (the
+    // prefill's copy), the flags written as each row is located.
+    const auto row_source = [&](int r, bool* valid) {
+      const uint8_t* data = block_row<Traits>(p, div, rows, r, valid).data;
+      if (writes_flags && at.chunk == 0) sm.valid[kStage][at.group + 16 * r] = *valid ? 1 : 0;
+      return data;
+    };
+    if constexpr (kHalf == 0) {
+      copy_rows<0, kLeftPanels>(tile, at, row_source);
+    } else {
+      copy_rows<kLeftPanels, Traits::kDqk / 64>(tile, at, row_source);
+    }
+  } else {
+    issue_fp8_half<Traits, kStage, kHalf>(p, div, rows, at, writes_flags, tile, sm);
   }
   const uint32_t full = smem_u32(&sm.full[2 * kStage + kHalf]);
   ptx::cp_async_mbarrier_arrive_noinc(full);
@@ -331,7 +361,8 @@ __device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
   ptx::named_barrier_sync(barrier, kProducerThreads);
 }
 
-// The seesaw's hook between a half's landing and its scores (seesaw/consumers.cuh, Prepare).
+// The seesaw's hook between a half's landing and its scores (seesaw/consumers.cuh, Prepare): an
+// FP8 half is converted in place; a bf16 half is scored as it landed.
 template <class Traits>
 struct ConvertInScorer {
   template <int kStage, int kHalf, class SmemT>
@@ -339,6 +370,9 @@ struct ConvertInScorer {
     convert_half<Traits, kStage, kHalf>(sm);
   }
 };
+template <class Traits>
+using ScorerPrepare =
+    std::conditional_t<Traits::kFormat == KvCacheFormat::kBf16, NoPrepare, ConvertInScorer<Traits>>;
 
 template <class Traits>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
@@ -439,8 +473,8 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
     const Piece w(p, part, query);
     float o[128];
     RowState st;
-    consume_item_pairs<kDqk, ConvertInScorer<Traits>>(
-        q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs, item_count, sm, st, o);
+    consume_item_pairs<kDqk, ScorerPrepare<Traits>>(q, p0_tile, p1_tile, at, scale_log2,
+                                                    w.num_pairs, ring_pairs, item_count, sm, st, o);
     ring_pairs += w.num_pairs;
     store_piece(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets), head0,
                 at, st, o, sm.row_sum[item_count & 1]);
