@@ -365,6 +365,34 @@ TEST(Cli, BenchRefusesCasesThatCannotFitWithTheBytesNeeded) {
   EXPECT_EQ(r.output.find("measuring the ceilings"), std::string::npos) << r.output;
 }
 
+// A bf16 cache decodes at d_qk 576 (the default) or 512: the case names, records and reproduces a
+// d_qk of 512, and its bytes count 1 KiB rows.
+TEST(Cli, BenchDecodesABf16CacheAtD_qk512) {
+  BenchRun run = run_bench(
+      "--backend cpu --op decode --format bf16 --d_qk 512 --b 2 --s_q 1 --h_q 4 --topk 64 "
+      "--s_kv 256 --iters 2 --warmup 0",
+      "bf16_d512");
+  ASSERT_EQ(run.cli.exit_code, 0) << run.cli.output;
+  const nlohmann::json& c = run.json["cases"][0];
+  EXPECT_EQ(c["name"], "decode bf16 d_qk=512 h_q=4 b=2 s_q=1 topk=64(p64)");
+  EXPECT_EQ(c["shape_full"]["d_qk"], 512);
+  EXPECT_TRUE(c["verify"]["ok"].get<bool>()) << c.dump();
+  EXPECT_NE(c["reproduce"].get<std::string>().find("--d_qk 512"), std::string::npos) << c.dump();
+  BenchRun d576 = run_bench(
+      "--backend cpu --op decode --format bf16 --b 2 --s_q 1 --h_q 4 --topk 64 --s_kv 256 "
+      "--iters 2 --warmup 0",
+      "bf16_d576");
+  ASSERT_EQ(d576.cli.exit_code, 0) << d576.cli.output;
+  EXPECT_EQ(d576.json["cases"][0]["name"], "decode bf16 h_q=4 b=2 s_q=1 topk=64(p64)");
+  EXPECT_EQ(d576.json["cases"][0]["shape_full"]["d_qk"], 576);
+  CliRun bad =
+      run_cli("bench --op decode --format bf16 --d_qk 544 --s_q 1 --s_kv 64 --h_q 16 --topk 8");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--d_qk = 544 does not match --format bf16, whose d_qk is 576 or 512"),
+            std::string::npos)
+      << bad.output;
+}
+
 TEST(Cli, BenchRefusesAD_qkTheDecodeFormatDoesNotHave) {
   CliRun r =
       run_cli("bench --op decode --format v4_fp8 --d_qk 576 --s_q 1 --s_kv 64 --h_q 16 --topk 8");

@@ -81,7 +81,8 @@ void declare_flags(FlagSet* f, Settings* s) {
   f->add_int("s_kv", &s->s_kv, "prefill: kv rows; decode: cache tokens per request", 1,
              int64_t{1} << 31);
   f->add_int("h_q", &s->h_q, "query heads", 1, 128);
-  f->add_int("d_qk", &s->d_qk, "prefill: 512 or 576 (decode: the format's; bf16: 576)", 512, 576);
+  f->add_int("d_qk", &s->d_qk, "prefill: 512 or 576 (decode: the format's; bf16: 576 or 512)", 512,
+             576);
   f->add_int("topk", &s->topk, "index slots per query", 1, 1 << 20);
   s->caches.declare(f, "v4_fp8");
   f->add_int("page_block_size", &s->page_block_size, "decode: tokens per page block", 1, 1 << 16);
@@ -125,12 +126,14 @@ Status custom_case(const Settings& s, const FlagSet& f, BenchCase* c) {
   ResolvedCaches caches;
   SMLA_RETURN_IF_ERROR(resolve(s.caches, f, s.extra_topk > 0, &caches));
   const KvCacheFormat format = caches.format;
-  // A decode case runs the format's d_qk (bf16: 576): a different --d_qk is refused, not ignored.
-  const int64_t format_d_qk =
-      kv_cache_format_info(format).d_qk != 0 ? kv_cache_format_info(format).d_qk : 576;
-  if (f.was_set("d_qk") && s.d_qk != format_d_qk) {
+  // A decode case runs the format's d_qk (bf16: 576, or 512 by --d_qk): a different --d_qk is
+  // refused, not ignored.
+  const bool bf16 = format == KvCacheFormat::kBf16;
+  const int64_t format_d_qk = bf16 ? 576 : kv_cache_format_info(format).d_qk;
+  if (f.was_set("d_qk") && s.d_qk != format_d_qk && !(bf16 && s.d_qk == 512)) {
     return invalid_argument("--d_qk = " + std::to_string(s.d_qk) + " does not match --format " +
-                            s.caches.format + ", whose d_qk is " + std::to_string(format_d_qk));
+                            s.caches.format + ", whose d_qk is " + std::to_string(format_d_qk) +
+                            (bf16 ? " or 512" : ""));
   }
   if (f.was_set("extra_s_kv") && s.extra_topk == 0) {
     return invalid_argument("--extra_s_kv needs --extra_topk (an extra cache)");
@@ -155,6 +158,7 @@ Status custom_case(const Settings& s, const FlagSet& f, BenchCase* c) {
   d.extra_page_block_size = d.has_extra ? s.extra_page_block_size : 0;
   d.extra_s_kv = d.has_extra ? (s.extra_s_kv > 0 ? s.extra_s_kv : s.s_kv) : 0;
   d.shared_indices = s.shared_indices;
+  if (bf16 && f.was_set("d_qk")) d.bf16_d_qk = static_cast<int>(s.d_qk);
   return {};
 }
 

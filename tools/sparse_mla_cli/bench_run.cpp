@@ -93,6 +93,7 @@ verify::DecodeRecipe decode_recipe(const DecodeShape& d, uint64_t seed) {
   r.h_q = d.h_q;
   r.topk = d.topk;
   r.format = d.format;
+  r.d_qk = d.format == KvCacheFormat::kBf16 ? d.d_qk() : 0;
   r.kv_layout = d.kv_layout;
   r.page_block_size = d.page_block_size;
   // The cache holds s_kv tokens per request; indices are drawn over all of it.

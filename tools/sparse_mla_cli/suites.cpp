@@ -191,8 +191,12 @@ std::string BenchCase::name() const {
                ? std::string()
                : std::string(" ") + kv_layout_name(l);
   };
+  // A bf16 cache names its d_qk only when it is not 576.
+  const std::string d_qk_text = d.format == KvCacheFormat::kBf16 && d.d_qk() != 576
+                                    ? " d_qk=" + std::to_string(d.d_qk())
+                                    : std::string();
   std::string n = "decode " + std::string(kv_cache_format_name(d.format)) +
-                  layout_text(d.format, d.kv_layout) + " h_q=" + std::to_string(d.h_q) +
+                  layout_text(d.format, d.kv_layout) + d_qk_text + " h_q=" + std::to_string(d.h_q) +
                   " b=" + std::to_string(d.b) + " s_q=" + std::to_string(d.s_q) +
                   " topk=" + std::to_string(d.topk) + "(p" + std::to_string(d.page_block_size) +
                   ")";
@@ -242,6 +246,8 @@ std::vector<std::string> BenchCase::flags() const {
   if (d.kv_layout != KvLayout::kDefault) {
     f.insert(f.end(), {"--kv_layout", kv_layout_name(d.kv_layout)});
   }
+  if (d.format == KvCacheFormat::kBf16 && d.d_qk() != 576)
+    f.insert(f.end(), {"--d_qk", i(d.d_qk())});
   if (d.has_extra) {
     for (const std::string& s :
          {std::string("--extra_topk"), i(d.extra_topk), std::string("--extra_page_block_size"),

@@ -40,12 +40,13 @@ struct DecodeShape {
   int64_t extra_topk = 0, extra_page_block_size = 0, extra_s_kv = 0;
   // Draft tokens' share of their request's token-0 index entries (verify::DecodeRecipe).
   double shared_indices = 0;
+  int bf16_d_qk = 576;  // a bf16 cache's d_qk, 576 or 512 (the FP8 formats fix their own)
 
   KvCacheFormat extra() const { return extra_format.value_or(format); }
-  // The cache's d_qk (bf16: 576).
+  // The cache's d_qk (bf16: bf16_d_qk).
   int d_qk() const {
     const int d = kv_cache_format_info(format).d_qk;
-    return d != 0 ? d : 576;
+    return d != 0 ? d : bf16_d_qk;
   }
 };
 
