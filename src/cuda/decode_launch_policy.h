@@ -129,6 +129,12 @@ inline constexpr int kSm90aDecodeBlockKeys = 64;
 //   warp-specialised one on FP8 caches) does a quarter of the 64-row tile's work per block: the
 //   Hopper decode took 1.25-1.36x its time on every 8- and 16-head row of the same call, at up to
 //   2048 pairs.
+//
+// The rule holds for bf16 caches too (no conversion, twice the gathered bytes; 4c4665a,
+// benchmarks/results/sm90a-decode-bf16-h200-2026-12-04/, forced against the portable kernels):
+// 64 / 80 / 128 pairs 0.97-0.99 / 0.92 / 0.87x their time, 60 and 20 pairs 1.03x, from 640 pairs
+// up 0.51-0.88x at 64-128 heads; 32 heads at 2048 / 640 pairs 0.96 / 0.97x, at 320 pairs 1.09x;
+// 16 heads 1.03-1.27x.
 inline constexpr int64_t kSm90aDecodeSmsPerPair = 2;
 inline constexpr int64_t kSm90aDecodePaddedPairsPerSm = 4;
 inline constexpr int64_t kSm90aDecodeMinDefaultHeads = 17;
