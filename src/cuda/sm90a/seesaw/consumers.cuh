@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/device/online_softmax.cuh"
 #include "cuda/device/ptx/barrier.cuh"
@@ -67,13 +66,12 @@ struct NoPrepare {
 // Issues S (+)= Q K^T over one half of stage kStage's panels (half 0: panels 0-3, half 1: the
 // rest) once that half has landed (and Prepare made it bf16); kOverwrite: its first k-step
 // overwrites S.
-// prepare = false: the half was prepared already (WG1's first half, in its previous pair's tail).
 template <int kDqk, int kStage, int kHalf, bool kOverwrite, class Prepare = NoPrepare>
 __device__ __forceinline__ void issue_score_half(uint32_t q, Smem<kDqk>& sm, uint32_t parity,
-                                                 float (&s)[32], bool prepare = true) {
+                                                 float (&s)[32]) {
   const uint32_t kv = smem_u32(sm.kv[kStage]);
   ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 * kStage + kHalf]), parity);
-  if (prepare) Prepare::template half<kStage, kHalf>(sm);
+  Prepare::template half<kStage, kHalf>(sm);
   if constexpr (kHalf == 0) {
     issue_score_panels<0, kLeftPanels, kOverwrite>(q, kv, s);
   } else {
@@ -86,15 +84,14 @@ __device__ __forceinline__ void issue_score_half(uint32_t q, Smem<kDqk>& sm, uin
 template <int kStage>
 inline constexpr int kFirstScoreHalf = kStage == 0 ? 0 : 1;
 
-// S = Q K^T of stage `kStage` at pair parity `parity`; waits for the result. first_prepared: the
-// first half was prepared in the warpgroup's previous pair (consume_pair_wg1).
+// S = Q K^T of stage `kStage` at pair parity `parity`; waits for the result.
 template <int kDqk, int kStage, class Prepare = NoPrepare>
-__device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, uint32_t parity, float (&s)[32],
-                                       bool first_prepared = false) {
+__device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, uint32_t parity,
+                                       float (&s)[32]) {
   constexpr int kFirst = kFirstScoreHalf<kStage>;
   ptx::wgmma_fence_operands(s);
   ptx::wgmma_fence();
-  issue_score_half<kDqk, kStage, kFirst, true, Prepare>(q, sm, parity, s, !first_prepared);
+  issue_score_half<kDqk, kStage, kFirst, true, Prepare>(q, sm, parity, s);
   issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare>(q, sm, parity, s);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
@@ -179,23 +176,18 @@ __device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at
 }
 
 // A pair's last products, O += P V with P from a shared tile (the peer's), then frees `empty`
-// (the half-stage they read). With `next` (a next pair in the item) the warpgroup's next block
-// (stage kStage) is started behind the products:
-// - kQueueScores (WG0): its scores of the next pair are queued behind the products, so the
-//   tensor cores go on from one to the other without waiting for this warpgroup's round trip
-//   through wait, release and the next pair's barrier wait; S holds them on return. WG1 does not
-//   do so: its next scores would then run beside WG0's, both softmaxes would fall together, and
-//   the seesaw's stagger would be lost (8-20 % slower at d576 h128,
-//   docs/kernels/sm90a_sparse_prefill.md).
-// - otherwise (WG1): the first score half of its next block is prepared (Prepare, the FP8
-//   conversion) while the products run, as WG0's is inside its queued scores; nothing where
-//   Prepare is NoPrepare.
-template <int kDqk, int kStage, bool kQueueScores, class Prepare = NoPrepare>
-__device__ __forceinline__ void products_ss_then_next(uint32_t kv, uint32_t p_tile, int wg,
-                                                      uint32_t q, Smem<kDqk>& sm, bool next,
-                                                      uint32_t next_parity, uint64_t& empty,
-                                                      const ConsumerPlace& at, float (&o)[128],
-                                                      float (&s)[32]) {
+// (the half-stage they read). With queue_next the warpgroup's scores of the next pair (stage
+// kStage) are queued behind the products, so the tensor cores go on from one to the other
+// without waiting for this warpgroup's round trip through wait, release and the next pair's
+// barrier wait; S holds them on return. WG0 does so; WG1 does not: its next scores would then
+// run beside WG0's, both softmaxes would fall together, and the seesaw's stagger would be lost
+// (8-20 % slower at d576 h128, docs/kernels/sm90a_sparse_prefill.md).
+template <int kDqk, int kStage, class Prepare = NoPrepare>
+__device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_tile, int wg,
+                                                        uint32_t q, Smem<kDqk>& sm, bool queue_next,
+                                                        uint32_t next_parity, uint64_t& empty,
+                                                        const ConsumerPlace& at, float (&o)[128],
+                                                        float (&s)[32]) {
   const uint64_t desc_v = value_desc(kv, wg);
   const uint64_t desc_p = ptx::wgmma_desc_sw128(p_tile, 16, 1024);
   ptx::wgmma_fence_operands(o);
@@ -207,14 +199,8 @@ __device__ __forceinline__ void products_ss_then_next(uint32_t kv, uint32_t p_ti
                                 true);
   }
   ptx::wgmma_commit_group();
-  constexpr int kFirst = kFirstScoreHalf<kStage>;
-  if constexpr (!kQueueScores && !std::is_same_v<Prepare, NoPrepare>) {
-    if (next) {
-      ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 * kStage + kFirst]), next_parity);
-      Prepare::template half<kStage, kFirst>(sm);
-    }
-  }
-  if (kQueueScores && next) {
+  if (queue_next) {
+    constexpr int kFirst = kFirstScoreHalf<kStage>;
     issue_score_half<kDqk, kStage, kFirst, true, Prepare>(q, sm, next_parity, s);
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<1>();
@@ -291,21 +277,19 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
   ptx::named_barrier_arrive(kP0Ready, kConsumerThreads);
   ptx::named_barrier_sync(kP1Ready, kConsumerThreads);
   // K1 left: WG1's scores finished before P1 was ready.
-  products_ss_then_next<kDqk, 0, true, Prepare>(smem_u32(sm.kv[1]), p1_tile, 0, q, sm, has_next,
-                                                (pair + 1) & 1, sm.empty[2], at, o, s);
+  products_ss_then_scores<kDqk, 0, Prepare>(smem_u32(sm.kv[1]), p1_tile, 0, q, sm, has_next,
+                                            (pair + 1) & 1, sm.empty[2], at, o, s);
 }
 
 // WG1's pair: S1 = Q K1^T -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 ->
-// O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R, the next pair's first K1
-// half prepared behind it. last: the item's last pair (Q is free once its scores are done);
-// first: the item's first pair (its first K1 half is not prepared yet).
+// O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R. last: the item's last pair
+// (Q is free once its scores are done).
 template <int kDqk, class Prepare = NoPrepare>
 __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, uint32_t p0_tile,
                                                  const ConsumerPlace& at, float scale_log2,
-                                                 uint32_t pair, bool first, bool last,
-                                                 Smem<kDqk>& sm, RowState& st, float (&s)[32],
-                                                 float (&o)[128]) {
-  scores<kDqk, 1, Prepare>(q, sm, pair & 1, s, !first);
+                                                 uint32_t pair, bool last, Smem<kDqk>& sm,
+                                                 RowState& st, float (&s)[32], float (&o)[128]) {
+  scores<kDqk, 1, Prepare>(q, sm, pair & 1, s);
   if (last) release(sm.q_empty, at);
   float mx[2], m_use[2], alpha[2];
   mask_scores(sm.valid[1], at, scale_log2, s, mx);
@@ -332,8 +316,8 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
   release(sm.empty[3], at);  // K1 right: read by WG1 only
   ptx::named_barrier_sync(kP0Ready, kConsumerThreads);
   // K0 right: WG0's scores finished before P0 was ready.
-  products_ss_then_next<kDqk, 1, false, Prepare>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, !last,
-                                                 (pair + 1) & 1, sm.empty[1], at, o, s);
+  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, false, 0, sm.empty[1], at,
+                                   o, s);
 }
 
 // A 4 x 4 transpose of 32-bit words across the four lanes of a quad (q = lane % 4): on return
@@ -384,7 +368,7 @@ __device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile,
                                       has_next, sm, st, s, o);
     } else {
       consume_pair_wg1<kDqk, Prepare>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair,
-                                      pair == 0, !has_next, sm, st, s, o);
+                                      !has_next, sm, st, s, o);
     }
   }
   if (num_pairs == 0) release(sm.q_empty, at);
