@@ -2,11 +2,14 @@
 // (layer 0 with DecodeSchedule::kBuild: planner + split kernel + combine; layer 1 with kReuse),
 // then replay the graph with new q / cache / indices / topk_length / sink values copied into the
 // same device buffers. Every replay must match the CPU reference for its own inputs, which shows
-// the planner ran on the device from the new lengths with no host synchronisation.
+// the planner ran on the device from the new lengths with no host synchronisation, and be
+// bit-identical to the same two calls run eagerly on those inputs (same plan and workspace): the
+// decode path has no atomics and no order that depends on timing, so a graph changes nothing.
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test_support.h"
@@ -78,6 +81,24 @@ Status allocate_device_outputs(const SparseDecodeProblem& p, DeviceOutputs* o) {
   return fill_bytes(o->lse.data(), kGpu, 0xFF, o->lse.bytes());
 }
 
+// The raw bytes of out and lse, NaN patterns included, for bit-exact comparisons.
+Status download_bytes(const DeviceOutputs& d, std::vector<uint8_t>* out,
+                      std::vector<uint8_t>* lse) {
+  out->resize(d.out.bytes());
+  lse->resize(d.lse.bytes());
+  SMLA_RETURN_IF_ERROR(copy_bytes(out->data(), Device::cpu(), d.out.data(), kGpu, out->size()));
+  return copy_bytes(lse->data(), Device::cpu(), d.lse.data(), kGpu, lse->size());
+}
+
+// Index of the first byte where `a` and `b` differ, or -1 when they are equal.
+int64_t first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (a.size() != b.size()) return 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 Status download(const DeviceOutputs& d, const SparseDecodeProblem& p, verify::DecodeOutputs* o) {
   verify::allocate_outputs(p, o);
   SMLA_RETURN_IF_ERROR(copy_bytes(o->out.data(), Device::cpu(), d.out.data(), kGpu, d.out.bytes()));
@@ -90,14 +111,19 @@ void run_graph_case(const verify::DecodeRecipe& recipe, const std::string& what)
   SMLA_ASSERT_OK(verify::make_decode_case(recipe, &first));
   verify::DeviceDecodeInputs inputs;
   SMLA_ASSERT_OK(verify::upload(first, kGpu, &inputs));
-  DeviceOutputs layer0, layer1;
-  SMLA_ASSERT_OK(allocate_device_outputs(first.problem, &layer0));
-  SMLA_ASSERT_OK(allocate_device_outputs(first.problem, &layer1));
-  SparseDecodeArgs args0 = inputs.args_template, args1 = inputs.args_template;
-  args0.out = layer0.out_view;
-  args0.lse = layer0.lse_view;
-  args1.out = layer1.out_view;
-  args1.lse = layer1.lse_view;
+  // The graph's two layers write layer0 / layer1; the eager calls write eager0 / eager1.
+  DeviceOutputs layer0, layer1, eager0, eager1;
+  for (DeviceOutputs* o : {&layer0, &layer1, &eager0, &eager1}) {
+    SMLA_ASSERT_OK(allocate_device_outputs(first.problem, o));
+  }
+  const auto with_outputs = [&](const DeviceOutputs& o) {
+    SparseDecodeArgs a = inputs.args_template;
+    a.out = o.out_view;
+    a.lse = o.lse_view;
+    return a;
+  };
+  const SparseDecodeArgs args0 = with_outputs(layer0), args1 = with_outputs(layer1);
+  const SparseDecodeArgs eager_args0 = with_outputs(eager0), eager_args1 = with_outputs(eager1);
 
   cudaStream_t stream;
   SMLA_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -132,7 +158,7 @@ void run_graph_case(const verify::DecodeRecipe& recipe, const std::string& what)
     ASSERT_EQ(c.cache.size(), first.cache.size());
     ASSERT_EQ(c.q.size(), first.q.size());
     SMLA_ASSERT_OK(copy_inputs(c, inputs.args_template));
-    for (DeviceOutputs* o : {&layer0, &layer1}) {  // NaN again: stale values must not pass
+    for (DeviceOutputs* o : {&layer0, &layer1, &eager0, &eager1}) {  // NaN again: no stale pass
       SMLA_ASSERT_OK(fill_bytes(o->out.data(), kGpu, 0xFF, o->out.bytes()));
       SMLA_ASSERT_OK(fill_bytes(o->lse.data(), kGpu, 0xFF, o->lse.bytes()));
     }
@@ -147,6 +173,24 @@ void run_graph_case(const verify::DecodeRecipe& recipe, const std::string& what)
     EXPECT_TRUE(r0.ok) << "layer 0 (kBuild):\n" << r0.message;
     verify::CheckReport r1 = verify::check_decode(got1, expected);
     EXPECT_TRUE(r1.ok) << "layer 1 (kReuse):\n" << r1.message;
+
+    // The same two calls, eagerly, on the inputs still in the buffers.
+    SMLA_ASSERT_OK(sparse_decode(eager_args0, plan, workspace.data(), plan.workspace_bytes,
+                                 DecodeSchedule::kBuild, options));
+    SMLA_ASSERT_OK(sparse_decode(eager_args1, plan, workspace.data(), plan.workspace_bytes,
+                                 DecodeSchedule::kReuse, options));
+    SMLA_ASSERT_CUDA(cudaStreamSynchronize(stream));
+    const std::pair<const DeviceOutputs*, const DeviceOutputs*> layers[] = {{&layer0, &eager0},
+                                                                            {&layer1, &eager1}};
+    for (int layer = 0; layer < 2; ++layer) {
+      std::vector<uint8_t> graph_out, graph_lse, eager_out, eager_lse;
+      SMLA_ASSERT_OK(download_bytes(*layers[layer].first, &graph_out, &graph_lse));
+      SMLA_ASSERT_OK(download_bytes(*layers[layer].second, &eager_out, &eager_lse));
+      EXPECT_EQ(first_difference(graph_out, eager_out), -1)
+          << "layer " << layer << ": the graph's out differs from the eager call's at this byte";
+      EXPECT_EQ(first_difference(graph_lse, eager_lse), -1)
+          << "layer " << layer << ": the graph's lse differs from the eager call's at this byte";
+    }
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
@@ -182,6 +226,24 @@ TEST(DecodeGraphGpu, ReplaysWithNewInputsMatchReference) {
   v4.extra_page_block_size = 53;
   v4.seed = 202;
   run_graph_case(v4, "v4_fp8 b=5 s_q=2 h_q=16 topk=128+512 extra");
+  if (HasFatalFailure()) return;
+
+  // bf16 at d_qk 512 and two head groups (gpu_decode_sm90a forces the Hopper decode on this and
+  // the V3.2 case): main + extra cache, per-token lengths, an odd page.
+  verify::DecodeRecipe bf16;
+  bf16.b = 2;
+  bf16.s_q = 2;
+  bf16.h_q = 128;
+  bf16.topk = 256;
+  bf16.format = KvCacheFormat::kBf16;
+  bf16.d_qk = 512;
+  bf16.page_block_size = 37;
+  bf16.topk_length_per_token = true;
+  bf16.extra_cache = true;
+  bf16.extra_topk = 128;
+  bf16.extra_page_block_size = 64;
+  bf16.seed = 303;
+  run_graph_case(bf16, "bf16 d_qk=512 b=2 s_q=2 h_q=128 topk=256+128 extra page=37");
 }
 
 }  // namespace
