@@ -30,13 +30,14 @@ namespace sparse_mla::cuda::sm90a {
 // stores (thread 0's with the peer's transaction bytes).
 inline constexpr uint32_t kPairedFullArrivals = kProducerThreads;
 
-// Register caps of a paired kernel after setmaxnreg (2 x 208 + 96 = 512, the most 384 threads may
-// hold): its consumers score bf16 halves as they landed (no conversion), which fits 208 without
-// spills (ptxas, nvcc 13.0: no local memory in the consumers' region at any instantiation), and
-// its producer holds a half's rows in registers between their loads and its stores (two rows x up
-// to five 16-B units) beside the shared::cluster addresses of its st.async stores.
+// Register caps of a paired kernel after setmaxnreg: 2 x 208 + 88 = 504. The launch holds
+// 168 x 384 = 64,512 registers and setmaxnreg.inc gets only what the CTA's .dec released, so the
+// sum must stay <= 504 (208 / 208 / 96 and 216 / 216 / 80 hung every paired launch on an H100).
+// Its consumers score bf16 halves as they landed (no conversion) and fit 208 without spills
+// (cuobjdump: no local memory in the consumers' region at any instantiation); its producer holds
+// a half's rows in registers beside the shared::cluster addresses of its st.async stores.
 inline constexpr int kPairedConsumerRegs = 208;
-inline constexpr int kPairedProducerRegs = 96;
+inline constexpr int kPairedProducerRegs = 88;
 
 // Panels [kHalfFirstPanel, kHalfEndPanel) of a half-stage: half 0 = panels 0-3, half 1 = the rest.
 template <int kDqk, int kHalf>
