@@ -221,14 +221,12 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
 }
 
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
-                                              const DeviceLimits& limits, int rows, int block_keys,
-                                              int clusters) {
+                                              const DeviceLimits& limits, int rows,
+                                              int block_keys) {
   DecodeLaunchShape shape;
   shape.head_groups = decode_head_groups(problem.h_q, rows);
   shape.ctas_per_sm = 1;
-  shape.clusters = shape.head_groups == 2 ? std::max(0, clusters) : 0;
-  const int slots =
-      shape.clusters > 0 ? shape.clusters : std::max(1, limits.sm_count / shape.head_groups);
+  const int slots = std::max(1, limits.sm_count / shape.head_groups);
   const int64_t bound_blocks =
       planning::query_blocks(problem.topk, problem.has_extra ? problem.extra_topk : 0, block_keys);
   const planning::DecodePartCount count =

@@ -97,11 +97,8 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
 // The launch of a kernel that runs one CTA of `rows` heads per part and head group on every SM
 // (the Hopper decode, sm90a/sparse_decode): head groups of `rows`, and the part-count rule for
 // full lists (planning/decode_part_count.h) over sm_count / head groups slots; `tile` unused.
-// clusters > 0 (two head groups launched as that many resident 2-CTA clusters): one part per
-// cluster, over `clusters` slots.
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
-                                              const DeviceLimits& limits, int rows, int block_keys,
-                                              int clusters = 0);
+                                              const DeviceLimits& limits, int rows, int block_keys);
 
 // The Hopper decode's tile (sm90a/seesaw/config.cuh: kHeadRows, kBlockKeys): 64 head rows per
 // CTA, 64-key blocks, scored in pairs.

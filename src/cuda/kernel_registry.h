@@ -44,8 +44,7 @@ struct Sm90aDecodeEntry {
   KvCacheFormat format;
   int d_qk;
   Status (*launch)(const portable_decode::DecodeLaunch&, cudaStream_t);
-  int (*smem)();           // dynamic shared memory, bytes
-  int (*pair_clusters)();  // resident 2-CTA clusters of the paired launch; 0 = it cannot pair
+  int (*smem)();  // dynamic shared memory, bytes
 };
 
 // A portable sparse decode tile (family portable_sparse_decode): what the launch policy sees

@@ -468,39 +468,6 @@ bool sm90a_decode_supports(const SparseDecodeProblem& problem, std::string* why_
 using cuda::kSm90aDecodeBlockKeys;
 using cuda::kSm90aDecodeRows;
 
-// Resident 2-CTA clusters of the Hopper decode's paired launch (entry.pair_clusters) on the
-// current device, which must be `device`; asked once per (entry, device), as the portable tiles'
-// occupancy queries are (asked_once).
-int sm90a_decode_pair_clusters(const cuda::Sm90aDecodeEntry& entry, int device) {
-  constexpr int kMaxDevices = 64;
-  const std::span<const cuda::Sm90aDecodeEntry> entries = cuda::sm90a_decode_entries();
-  static std::vector<std::atomic<int>> cache(entries.size() * kMaxDevices);  // value + 1
-  const size_t i = static_cast<size_t>(&entry - entries.data());
-  if (device < 0 || device >= kMaxDevices || i >= entries.size()) return entry.pair_clusters();
-  std::atomic<int>& slot = cache[i * kMaxDevices + device];
-  int known = slot.load(std::memory_order_relaxed);
-  if (known == 0) {
-    known = entry.pair_clusters() + 1;
-    slot.store(known, std::memory_order_relaxed);
-  }
-  return known - 1;
-}
-
-// The Hopper decode's launch shape: its two head groups (65..128 heads) as 2-CTA clusters whose
-// producers share each block's gather and conversion (sm90a/sparse_decode/paired_producer.cuh)
-// where SMLA_DECODE_PAIR_HEAD_GROUPS=1 asks for them and the device holds such clusters; else, and
-// by default, one CTA per SM and head group. The current device must be the problem's.
-cuda::DecodeLaunchShape sm90a_decode_shape(const SparseDecodeProblem& problem,
-                                           const DeviceLimits& limits,
-                                           const cuda::Sm90aDecodeEntry& entry) {
-  const std::optional<int>& pairing = decode_knobs().pair_head_groups;
-  const bool paired =
-      pairing && *pairing == 1 && cuda::decode_head_groups(problem.h_q, kSm90aDecodeRows) == 2;
-  const int clusters = paired ? sm90a_decode_pair_clusters(entry, problem.device.index) : 0;
-  return cuda::one_cta_per_sm_decode_shape(problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys,
-                                           clusters);
-}
-
 Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, DecodePlan* plan) {
   std::string why_not;
   const cuda::Sm90aDecodeEntry* entry = sm90a_decode_entry(problem, &why_not);
@@ -509,9 +476,8 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   if (!device_limits(problem.device, &limits, &why_not)) {
     return unsupported("plan_sparse_decode: " + why_not);
   }
-  cuda::DeviceGuard guard;  // the paired launch's occupancy query acts on the current device
-  SMLA_RETURN_IF_ERROR(guard.enter(problem.device.index));
-  const cuda::DecodeLaunchShape shape = sm90a_decode_shape(problem, limits, *entry);
+  const cuda::DecodeLaunchShape shape =
+      cuda::one_cta_per_sm_decode_shape(problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
   const planning::DecodeWorkspaceLayout layout =
       planning::decode_workspace_layout(problem.b * problem.s_q, shape.num_parts, problem.h_q, 512);
   plan->num_sm_parts = shape.num_parts;
@@ -522,20 +488,15 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   plan->keys_per_block = kSm90aDecodeBlockKeys;
   plan->head_groups = shape.head_groups;
   plan->warp_specialized = true;
-  plan->paired_head_groups = shape.clusters > 0;
+  plan->paired_head_groups = false;
   plan->min_units_per_part = shape.min_units;
-  plan->reason =
-      std::string(shape.clusters > 0
-                      ? "Hopper seesaw, paired (2-CTA clusters whose producers gather and "
-                        "convert half of each block for both, wgmma consumers): "
-                      : "Hopper seesaw (a copying producer warpgroup, wgmma consumers "
-                        "that dequantise): ") +
-      std::to_string(shape.num_parts) + " parts x " + std::to_string(shape.head_groups) +
-      " head groups of 64 rows x 64-key blocks" +
-      (shape.min_units > 0
-           ? " (parts of >= " + std::to_string(shape.min_units) + " units: sized for full lists)"
-           : "") +
-      " = 1 CTA per SM on " + std::to_string(limits.sm_count) + " SMs";
+  plan->reason = "Hopper seesaw (a copying producer warpgroup, wgmma consumers that dequantise): " +
+                 std::to_string(shape.num_parts) + " parts x " + std::to_string(shape.head_groups) +
+                 " head groups of 64 rows x 64-key blocks" +
+                 (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
+                                            " units: sized for full lists)"
+                                      : "") +
+                 " = 1 CTA per SM on " + std::to_string(limits.sm_count) + " SMs";
   return {};
 }
 
@@ -551,7 +512,8 @@ Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void
   }
   cuda::DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
-  const cuda::DecodeLaunchShape shape = sm90a_decode_shape(params.problem, limits, *entry);
+  const cuda::DecodeLaunchShape shape = cuda::one_cta_per_sm_decode_shape(
+      params.problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
   return run_split_decode(params, plan, workspace, workspace_bytes, schedule,
                           static_cast<cudaStream_t>(options.stream), shape, kSm90aDecodeBlockKeys,
                           entry->launch);

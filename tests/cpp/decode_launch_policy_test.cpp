@@ -154,37 +154,6 @@ TEST(DecodeLaunchPolicy, RowsAndHeadGroups) {
   EXPECT_EQ(decode_head_groups(128, 16), 8);
 }
 
-// The Hopper decode's launch (one_cta_per_sm_decode_shape): one CTA per SM and head group, the
-// parts over sm_count / head groups slots; with clusters (the paired launch: 2-CTA clusters of
-// the two head groups) over the resident clusters instead, and only where there are two head
-// groups. V3.2 h128 topk 2048 b 64 s_q 2: 128 queries of 32 blocks.
-TEST(DecodeLaunchPolicy, HopperDecodeShape) {
-  SparseDecodeProblem v32 = problem(KvCacheFormat::kV32Fp8, 64, 128, 2048);
-  v32.s_q = 2;
-  const int64_t blocks = planning::query_blocks(2048, 0, 64);
-  ASSERT_EQ(blocks, 32);
-  const DecodeLaunchShape unpaired = one_cta_per_sm_decode_shape(v32, h200(), 64, 64);
-  EXPECT_EQ(unpaired.head_groups, 2);
-  EXPECT_EQ(unpaired.clusters, 0);
-  EXPECT_EQ(unpaired.ctas_per_sm, 1);
-  const planning::DecodePartCount on_66 = planning::choose_decode_part_count(128, blocks, 66);
-  EXPECT_EQ(unpaired.num_parts, on_66.num_parts);
-  EXPECT_EQ(unpaired.min_units, on_66.min_units);
-  // 60 resident clusters (a GPU whose GPCs leave some SMs unpaired): 60 slots, not 66.
-  const DecodeLaunchShape paired = one_cta_per_sm_decode_shape(v32, h200(), 64, 64, 60);
-  const planning::DecodePartCount on_60 = planning::choose_decode_part_count(128, blocks, 60);
-  EXPECT_EQ(paired.clusters, 60);
-  EXPECT_EQ(paired.head_groups, 2);
-  EXPECT_EQ(paired.num_parts, on_60.num_parts);
-  EXPECT_EQ(paired.working_parts, on_60.working_parts);
-  EXPECT_NE(on_60.num_parts, on_66.num_parts);  // the two counts tell the launches apart
-  // One head group never pairs; a negative count is none.
-  EXPECT_EQ(one_cta_per_sm_decode_shape(problem(KvCacheFormat::kV32Fp8, 64, 64), h200(), 64, 64, 60)
-                .clusters,
-            0);
-  EXPECT_EQ(one_cta_per_sm_decode_shape(v32, h200(), 64, 64, -1).clusters, 0);
-}
-
 // The Hopper decode's default (sm90a_decode_by_default): b * s_q queries x head groups x pairs of
 // 64-key blocks with full lists, at least one pair per two SMs (66 on the H200's 132). V3.2 h128
 // topk 2048 (16 pairs per query and head group) runs it at b 2 s_q 2 (128 pairs), not at b 1

@@ -234,7 +234,6 @@ FAMILIES: dict[str, Family] = {
         namespace="sparse_mla::cuda::sm90a_decode",
         instantiations=lambda k: [
             f"template int sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>();",
-            f"template int sm90a_decode_pair_clusters<{k.format_enum}, {k.d_qk}>();",
             f"template Status launch_sm90a_sparse_decode<{k.format_enum}, {k.d_qk}>(",
             "    const portable_decode::DecodeLaunch&, cudaStream_t);",
         ],
@@ -250,8 +249,7 @@ FAMILIES: dict[str, Family] = {
         entry=lambda k: (
             f'{{"{k.name}", {k.format_enum}, {k.d_qk}, '
             f"sm90a_decode::launch_sm90a_sparse_decode<{k.format_enum}, {k.d_qk}>, "
-            f"sm90a_decode::sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>, "
-            f"sm90a_decode::sm90a_decode_pair_clusters<{k.format_enum}, {k.d_qk}>}}"
+            f"sm90a_decode::sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>}}"
         ),
     ),
 }

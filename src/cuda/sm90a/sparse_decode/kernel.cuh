@@ -42,19 +42,156 @@
 #include "cuda/portable/sparse_decode/piece_target.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
-#include "cuda/runtime/pair_launch.h"
 #include "cuda/sm90a/seesaw/consumers.cuh"
 #include "cuda/sm90a/seesaw/cta.cuh"
 #include "cuda/sm90a/seesaw/producer_rows.cuh"
 #include "cuda/sm90a/sparse_decode/config.cuh"
-#include "cuda/sm90a/sparse_decode/half_stage_rows.cuh"
 #include "cuda/sm90a/sparse_decode/launch.h"
-#include "cuda/sm90a/sparse_decode/paired_producer.cuh"
 #include "planning/decode_schedule_builder.h"
 
 namespace sparse_mla::cuda::sm90a_decode {
 
 using portable_decode::DecodeLaunch;
+using portable_decode::QueryLists;
+
+// One piece of the CTA's part: query (b, s), its blocks [begin, end) of the main list then the
+// extra list, in pairs (the last pair's K1 may lie past `end`: all its slots are invalid).
+struct Piece {
+  int64_t b, s;
+  QueryLists lists;
+  int begin, end, num_pairs;
+  __device__ __forceinline__ Piece(const detail::DecodeParams& p,
+                                   const planning::DecodePartSchedule& part, int32_t query)
+      : b(query / p.problem.s_q),
+        s(query % p.problem.s_q),
+        lists(portable_decode::query_lists<kBlockKeys>(p, b, s)),
+        begin(query == part.begin_query ? part.begin_block : 0),
+        end(query == part.end_query ? part.end_block : lists.blocks_total),
+        num_pairs(end > begin ? (end - begin + 1) / 2 : 0) {}
+};
+
+// ---- producer ------------------------------------------------------------------------------
+
+// The thread's four list entries (rows at.group + 16 r) of block `block` of the piece, -1 past
+// the block's list or for a block past the piece; raw: range-checked where they are used, so that
+// the loads issued a pair ahead are not waited for when issued.
+struct BlockRows {
+  int32_t index[4];
+  bool main;  // the block is in the main list (else the extra list)
+};
+
+// Entry `row` of block `block` of the piece's lists (main blocks first), -1 past the block's list
+// or for a block past the piece.
+__device__ __forceinline__ int32_t list_entry(const Piece& w, int block, int row) {
+  const bool main = block < w.lists.blocks_main;
+  const int32_t* list = main ? w.lists.main : w.lists.extra;
+  const int64_t n = block < w.end ? (main ? w.lists.n_main : w.lists.n_extra) : 0;
+  const int64_t k =
+      static_cast<int64_t>(main ? block : block - w.lists.blocks_main) * kBlockKeys + row;
+  return k < n ? __ldg(list + k) : -1;
+}
+
+__device__ __forceinline__ BlockRows block_rows(const Piece& w, const ProducerPlace& at,
+                                                int block) {
+  BlockRows rows;
+  rows.main = block < w.lists.blocks_main;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) rows.index[r] = list_entry(w, block, at.group + 16 * r);
+  return rows;
+}
+
+// The page split of both caches' slots (PageDivider: a multiply-high, not a division).
+struct CacheDividers {
+  PageDivider main, extra;
+  __device__ __forceinline__ explicit CacheDividers(const detail::DecodeParams& p)
+      : main(static_cast<uint32_t>(p.cache.page_block_size)),
+        extra(p.has_extra ? static_cast<uint32_t>(p.extra_cache.page_block_size) : 1u) {}
+  // One cache's divider, chosen field by field: `in_main ? main : extra` would take the address
+  // of one of the two, which puts both in local memory (three local loads per row).
+  __device__ __forceinline__ PageDivider of(bool in_main) const {
+    PageDivider d = extra;
+    d.page_size = in_main ? main.page_size : extra.page_size;
+    d.magic = in_main ? main.magic : extra.magic;
+    d.shift = in_main ? main.shift : extra.shift;
+    return d;
+  }
+};
+
+// Slot `index` of `cache`: whether it is valid (0 <= index < the cache's slots) and its data and
+// scale rows (slot 0's, in bounds, for an invalid one).
+template <class Traits>
+__device__ __forceinline__ portable_decode::SlotRows locate_slot(const detail::KvCacheParams& cache,
+                                                                 const PageDivider& div,
+                                                                 int32_t index, bool* valid) {
+  *valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
+  const uint32_t slot = *valid ? static_cast<uint32_t>(index) : 0u;
+  const uint32_t page = div.page(slot);
+  return portable_decode::page_token_rows<Traits>(cache, div.page_size, page,
+                                                  slot - page * div.page_size);
+}
+
+// The L2 prefetch that runs a pair ahead of the copies: producer thread t owns row t % 64 of block
+// t / 64 of a pair. Its list entry is loaded one pair before the prefetch is issued, so neither
+// waits; the prefetch brings the slot's whole data row (and v4_fp8's scale row) into L2, where the
+// half-stages' cp.asyncs and scale loads of the next pair find them.
+template <class Traits>
+__device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
+                                              const CacheDividers& div, const Piece& w, int block,
+                                              int32_t index) {
+  if (block >= w.end) return;
+  const bool main = block < w.lists.blocks_main;
+  bool valid;
+  const portable_decode::SlotRows src =
+      locate_slot<Traits>(main ? p.cache : p.extra_cache, div.of(main), index, &valid);
+  if (!valid) return;
+  ptx::prefetch_l2_bulk(src.data, Traits::kDataRowBytes);
+  if constexpr (!Traits::kScalesInRow) ptx::prefetch_l2(src.scales);
+}
+
+// The rows' scales a half-stage's conversion needs travel with its copies: the chunk-0 producer
+// thread of each row cp.asyncs 8 bytes into the first 512 B of the half's own bf16 region (free
+// until the conversion's first phase writes it): v32_fp8 the two fp32 scales of the half's 256
+// dims (tiles of 128), v4_fp8 the row's eight ue8m0 bytes (tiles of 64; the half's four are
+// bytes 4 half ..). Zero for an invalid row, whose raw bytes are zero too. The converting thread
+// holds its four rows' in registers (v4_fp8: the half's four bytes in x).
+struct HalfScales {
+  uint2 row[4];
+};
+
+template <class Traits, int kHalf>
+__device__ __forceinline__ const uint8_t* half_scale_source(const portable_decode::SlotRows& rows) {
+  if constexpr (Traits::kScalesInRow) {
+    static_assert(Traits::kTileSize == 128 && Traits::kScaleOffset % 8 == 0);
+    return rows.data + Traits::kScaleOffset + 8 * kHalf;
+  } else {
+    static_assert(Traits::kTileSize == 64 && Traits::kScaleRowBytes == 8);
+    return rows.scales;
+  }
+}
+
+// A thread's 16-B raw units of a row of the half (unit u = dims 16 u .. 16 u + 15 of the half's
+// fp8 dims; it becomes chunks 2 (u % 4), +1 of fp8 panel u / 4): at most one in each conversion
+// phase. 4 panels: units c (phase 1) and c + 8 (phase 2); 3 panels: unit c in phase 1 for c < 4,
+// and c + 8 (c < 4) or c (c >= 4) in phase 2.
+template <int kPanels>
+struct HalfUnits {
+  static constexpr int kPhase1Units = 4 * (kPanels / 2);  // panels [0, kPanels / 2)
+  bool has_first;
+  int first, second;
+  __device__ __forceinline__ explicit HalfUnits(int c)
+      : has_first(c < kPhase1Units), first(c), second(c + 8 < 4 * kPanels ? c + 8 : c) {}
+};
+
+// Row r of a block: whether its slot is valid (0 <= index < the cache's slots) and its data and
+// scale rows (slot 0's, in bounds, for an invalid one).
+template <class Traits>
+__device__ __forceinline__ portable_decode::SlotRows block_row(const detail::DecodeParams& p,
+                                                               const CacheDividers& div,
+                                                               const BlockRows& rows, int r,
+                                                               bool* valid) {
+  return locate_slot<Traits>(rows.main ? p.cache : p.extra_cache, div.of(rows.main), rows.index[r],
+                             valid);
+}
 
 // An FP8 half-stage's copies (issue_half): per row, the raw e4m3 units of the half into the upper
 // part of its fp8 panels, the row's scales of the half into its lower 512 B and (half 1) the
@@ -133,13 +270,26 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
   if (at.chunk == 0) ptx::mbarrier_arrive(full);
 }
 
-// Unit u of row `row`, converted (convert_unit), into fp8 panel u / 4 of the half.
+// Unit u (16 e4m3 values) of row `row` times its scale into fp8 panel u / 4 of the half. Unit
+// u's scale: v32_fp8 tile (256 half + 16 u) / 128 = 2 half + u / 8, any fp32 applied in fp32;
+// v4_fp8 tile (256 half + 16 u) / 64 = 4 half + u / 4, byte u / 4 of the loaded four, a power of
+// two applied as one bf16 multiply per two values (dequant_e4m3x8_pow2: the same bits).
 template <class Traits>
 __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, const uint4& raw,
                                            const uint2& scales) {
-  const UnitChunks c = convert_unit<Traits>(u, raw, scales);
-  *reinterpret_cast<uint4*>(half_base + unit_chunk_offset(row, u, 0)) = c.lo;
-  *reinterpret_cast<uint4*>(half_base + unit_chunk_offset(row, u, 1)) = c.hi;
+  const int chunk = 2 * (u & 3);
+  uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
+  uint4* lo = reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4));
+  uint4* hi = reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4));
+  if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
+    const float scale = __uint_as_float(u < 8 ? scales.x : scales.y);
+    *lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
+    *hi = dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
+  } else {
+    const uint32_t scale = ue8m0_to_bf16x2((scales.x >> (8 * (u >> 2))) & 0xffu);
+    *lo = dequant_e4m3x8_pow2(make_uint2(raw.x, raw.y), scale);
+    *hi = dequant_e4m3x8_pow2(make_uint2(raw.z, raw.w), scale);
+  }
 }
 
 // A half-stage's conversion by the warpgroup that scores it, once the half has landed (its full
@@ -224,23 +374,7 @@ template <class Traits>
 using ScorerPrepare =
     std::conditional_t<Traits::kFormat == KvCacheFormat::kBf16, NoPrepare, ConvertInScorer<Traits>>;
 
-// One half-stage filled the launch's way: copied for the scoring warpgroup's conversion
-// (issue_half), or converted by a 2-CTA cluster's paired producer (fill_paired_half).
-template <class Traits, bool kPaired, int kStage, int kHalf>
-__device__ __forceinline__ void fill_half(const detail::DecodeParams& p, const CacheDividers& div,
-                                          const BlockRows& rows, const ProducerPlace& at, int t,
-                                          uint32_t ring_pair, bool writes_flags,
-                                          Smem<Traits::kDqk>& sm, const PeerRing& peer) {
-  if constexpr (kPaired) {
-    fill_paired_half<Traits, kStage, kHalf>(p, div, rows, at, t, ring_pair, writes_flags, sm, peer);
-  } else {
-    issue_half<Traits, kStage, kHalf>(p, div, rows, at, ring_pair, writes_flags, sm);
-  }
-}
-
-// kPaired: a 2-CTA cluster's producer (paired_producer.cuh), which fills each half-stage with its
-// half of the rows in both CTAs and L2-prefetches only those rows.
-template <class Traits, bool kPaired>
+template <class Traits>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0, int t,
                                         Smem<Traits::kDqk>& sm) {
@@ -249,9 +383,6 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
   const ProducerPlace at(t);
   const CacheDividers div(p);
   const int ahead_block = t / kBlockKeys, ahead_row = t % kBlockKeys;  // prefetch_slot's row
-  PeerRing peer;
-  if constexpr (kPaired) peer = PeerRing(sm);
-  const bool prefetches = !kPaired || (ahead_row >> 5) == static_cast<int>(peer.rank);
   uint32_t ring_pairs = 0;  // pairs of the pieces before this one: the ring's phase
   uint32_t item_count = 0;
   // The head group's rows of query (b, s) into the Q tile; the consumers wait on q_full.
@@ -283,12 +414,12 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
       const uint32_t ring_pair = ring_pairs + pair;
       const bool has_next = pair + 1 < w.num_pairs;
       const int next_block = w.begin + 2 * pair + 2;
-      if (has_next && prefetches) prefetch_slot<Traits>(p, div, w, next_block + ahead_block, ahead);
+      if (has_next) prefetch_slot<Traits>(p, div, w, next_block + ahead_block, ahead);
       ahead = list_entry(w, next_block + 2 + ahead_block, ahead_row);
-      fill_half<Traits, kPaired, 0, 0>(p, div, k0, at, t, ring_pair, true, sm, peer);
-      fill_half<Traits, kPaired, 1, 1>(p, div, k1, at, t, ring_pair, true, sm, peer);
-      fill_half<Traits, kPaired, 0, 1>(p, div, k0, at, t, ring_pair, false, sm, peer);
-      fill_half<Traits, kPaired, 1, 0>(p, div, k1, at, t, ring_pair, false, sm, peer);
+      issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
+      issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
+      issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
+      issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
       if (has_next) {
         k0 = block_rows(w, at, next_block);
         k1 = block_rows(w, at, next_block + 1);
@@ -325,8 +456,7 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
   }
 }
 
-// kPaired: the paired producer hands over bf16 rows, scored as they landed.
-template <class Traits, bool kPaired>
+template <class Traits>
 __device__ __forceinline__ void consume(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0, int t,
                                         Smem<Traits::kDqk>& sm) {
@@ -343,27 +473,21 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
     const Piece w(p, part, query);
     float o[128];
     RowState st;
-    using Prepare = std::conditional_t<kPaired, NoPrepare, ScorerPrepare<Traits>>;
-    consume_item_pairs<kDqk, Prepare>(q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs,
-                                      item_count, sm, st, o);
+    consume_item_pairs<kDqk, ScorerPrepare<Traits>>(q, p0_tile, p1_tile, at, scale_log2,
+                                                    w.num_pairs, ring_pairs, item_count, sm, st, o);
     ring_pairs += w.num_pairs;
     store_piece(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets), head0,
                 at, st, o, sm.row_sum[item_count & 1]);
   }
 }
 
-// kPaired: launched as 2-CTA clusters of the two head groups (pair_launch_config), the ring filled
-// by the paired producer; the cluster barriers order the peer_free barriers' initialisation
-// before any remote arrival or st.async, and keep each CTA's shared memory alive until its peer
-// is done with it.
-template <class Traits, bool kPaired>
+template <class Traits>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90a_sparse_decode_kernel(const DecodeLaunch launch) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kDqk = Traits::kDqk;
   extern __shared__ uint8_t smem_raw[];
-  Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kPaired ? kPairedFullArrivals : kFullArrivals);
-  if constexpr (kPaired) set_up_paired_ring(sm);
+  Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kFullArrivals);
   const int thread = threadIdx.x;
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const int head0 = static_cast<int>(blockIdx.y) * kHeadRows;
@@ -374,13 +498,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   // waiting for an SM that a waiting combine CTA holds.
   if (gridDim.x * gridDim.y <= ptx::sm_count()) ptx::launch_dependents();
   if (thread >= kConsumerThreads) {
-    ptx::setmaxnreg_dec<kPaired ? kPairedProducerRegs : kProducerRegs>();
-    produce<Traits, kPaired>(launch, part, head0, thread - kConsumerThreads, sm);
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    produce<Traits>(launch, part, head0, thread - kConsumerThreads, sm);
   } else {
-    ptx::setmaxnreg_inc<kPaired ? kPairedConsumerRegs : kConsumerRegs>();
-    consume<Traits, kPaired>(launch, part, head0, thread, sm);
+    ptx::setmaxnreg_inc<kConsumerRegs>();
+    consume<Traits>(launch, part, head0, thread, sm);
   }
-  if constexpr (kPaired) ptx::cluster_sync();
 #else
   __trap();
 #endif
@@ -392,42 +515,13 @@ int sm90a_decode_smem_bytes() {
 }
 
 template <KvCacheFormat kFormat, int kDqk>
-int sm90a_decode_pair_clusters() {
-  auto kernel = sm90a_sparse_decode_kernel<KvTraits<kFormat, kDqk>, true>;
-  const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
-  int device = 0, major = 0, clusters = 0;
-  cudaFuncAttributes attributes;
-  cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = pair_launch_config(1, kThreads, smem, nullptr, &cluster);
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-      cudaFuncGetAttributes(&attributes, kernel) != cudaSuccess || major != 9 ||
-      ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return clusters;
-}
-
-template <KvCacheFormat kFormat, int kDqk>
 Status launch_sm90a_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   using Traits = KvTraits<kFormat, kDqk>;
+  const int head_groups = static_cast<int>((launch.p.problem.h_q + kHeadRows - 1) / kHeadRows);
   const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
-  if (launch.pair_head_groups) {
-    auto kernel = sm90a_sparse_decode_kernel<Traits, true>;
-    SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-    cudaLaunchAttribute cluster;
-    const cudaLaunchConfig_t config =
-        pair_launch_config(launch.num_parts, kThreads, smem, stream, &cluster);
-    SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, launch));
-  } else {
-    auto kernel = sm90a_sparse_decode_kernel<Traits, false>;
-    SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-    const int head_groups = static_cast<int>((launch.p.problem.h_q + kHeadRows - 1) / kHeadRows);
-    const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
-    kernel<<<grid, kThreads, smem, stream>>>(launch);
-  }
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_decode_kernel<Traits>, smem));
+  const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
+  sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);
   return check_last_launch("sm90a_sparse_decode_kernel");
 }
 

@@ -1,9 +1,7 @@
 // Host-side launcher of the Hopper (sm_90a) FP8 sparse decode kernel, one explicit instantiation
 // per cache format in src/cuda/instantiations/ (compiled for sm_90a only). Only those units
 // include kernel.cuh. Same launch inputs (DecodeLaunch: schedule, workspace) as the portable
-// split kernels; grid (num_parts, ceil(h_q / 64)), or with launch.pair_head_groups (two head
-// groups) 2-CTA clusters whose producers share each block's gather and conversion
-// (paired_producer.cuh, cuda/runtime/pair_launch.h).
+// split kernels; never paired; grid (num_parts, ceil(h_q / 64)).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,11 +15,6 @@ namespace sparse_mla::cuda::sm90a_decode {
 // Dynamic shared memory of the instantiation (the seesaw's plan plus 1 KiB of alignment slack).
 template <KvCacheFormat kFormat, int kDqk>
 int sm90a_decode_smem_bytes();
-
-// Resident 2-CTA clusters of the paired launch on the current device; 0 = it cannot pair (not an
-// sm_90 device, or the occupancy query failed).
-template <KvCacheFormat kFormat, int kDqk>
-int sm90a_decode_pair_clusters();
 
 // Launches on `stream`; launch.p is validated (core/validate) and the caller has checked that the
 // device is sm_90 and runs this library's sm_90a code.
