@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run from the repository root as devrun/call.sh (the tree of f3714d5 with setmaxnreg 208 / 208 / 88), OUT set.
+# Run from the repository root as devrun/call.sh on the tree of 158f37c, OUT set.
 # Paired Hopper decode (2-CTA clusters whose producers gather and convert half of each block for
 # both CTAs) against the unpaired one, one binary: correctness first (random SPEC §5 decode cases
 # and the verified decode rows with the pairing forced), then the decode rows of v32 and v4
