@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Run from the repository root as devrun/call.sh on the tree of 158f37c, OUT set.
-# Paired Hopper decode (2-CTA clusters whose producers gather and convert half of each block for
-# both CTAs) against the unpaired one, one binary: correctness first (random SPEC §5 decode cases
-# and the verified decode rows with the pairing forced), then the decode rows of v32 and v4
-# round by round (A unpaired, B paired), the Hopper decode forced on both.
+# The paired Hopper decode and prefill (2-CTA clusters whose producers gather, and for FP8 convert,
+# half of each block for both CTAs) against the unpaired ones, one binary: correctness first
+# (random SPEC §5 decode and prefill cases and the verified decode rows with the pairing forced;
+# a pairing whose random cases time out is left out of B), then every v32 and v4 row, prefill and
+# decode, round by round (A unpaired, B paired, the Hopper decode forced on both), then three bf16
+# decode rows unpaired and paired.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 R=$PWD

@@ -14,14 +14,17 @@ inline constexpr int kStages = 2;      // 2 x 72 KiB of KV + 72 KiB of Q fill 22
 inline constexpr int kThreads = 384;   // 3 warpgroups
 inline constexpr int kConsumerThreads = 256;
 inline constexpr int kProducerThreads = 128;
-// Register caps after setmaxnreg: 2 x 216 + 72 = 504, the most three warpgroups may sum to: the
-// launch holds 168 x 384 = 64,512 registers and setmaxnreg.inc gets only what the CTA's .dec
-// released (208 / 208 / 96, summing to 512, hung every launch on an H100:
-// benchmarks/results/sm90a-paired-head-groups-h100-2026-12-07/). A consumer holds 128 fp32 of O,
-// 32 of S and 16 of P.
+// Register caps after setmaxnreg. The launch (__launch_bounds__(kThreads, 1)) gives every thread
+// kEntryRegs = 64 Ki / 384 rounded down to a multiple of 8 = 168 registers, and setmaxnreg.inc
+// gets only what the CTA's .dec released, so the three caps may sum to 3 x 168 = 504 at most
+// (208 / 208 / 96, summing to 512, hung every launch on an H100:
+// benchmarks/results/sm90a-paired-head-groups-h100-2026-12-07/). 2 x 216 + 72 = 504. A consumer
+// holds 128 fp32 of O, 32 of S and 16 of P.
+inline constexpr int kEntryRegs = (65536 / kThreads) / 8 * 8;
 inline constexpr int kConsumerRegs = 216;
 inline constexpr int kProducerRegs = 72;
-static_assert(2 * kConsumerRegs + kProducerRegs <= 504, "setmaxnreg.inc would wait forever");
+static_assert(2 * kConsumerRegs + kProducerRegs <= 3 * kEntryRegs,
+              "setmaxnreg.inc would wait forever for registers no warpgroup released");
 
 // Named barriers (id 0 is __syncthreads), each over the 256 consumer threads: one warpgroup
 // arrives (bar.arrive), the other waits (bar.sync).
