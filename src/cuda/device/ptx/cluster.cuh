@@ -1,9 +1,10 @@
 // Thread-block clusters and distributed shared memory (sm_90+): the rank of this CTA in its
 // cluster, the shared::cluster address of a variable in another CTA of the cluster, 16-B
-// st.async stores into it counted on its mbarrier (init, arrive.expect_tx, parity wait and test, a
-// peer's arrival and the wait that acquires it), and the cluster-wide barriers, fenced and relaxed
-// (cuda-techniques.md §6). Code compiled for an older architecture traps: the host launches cluster
-// kernels only where the loaded code is sm_90+ (cudaFuncAttributes::ptxVersion >= 90).
+// st.async stores and bulk copies into it counted on its mbarrier (init, arrive.expect_tx, parity
+// wait and test, a peer's arrival and the wait that acquires it), and the cluster-wide barriers,
+// fenced and relaxed (cuda-techniques.md §6). Code compiled for an older architecture traps: the
+// host launches cluster kernels only where the loaded code is sm_90+
+// (cudaFuncAttributes::ptxVersion >= 90).
 #pragma once
 
 #include <cstdint>
@@ -132,6 +133,23 @@ __device__ __forceinline__ void mbarrier_wait_parity_cluster(uint32_t barrier, u
       "@!done bra wait_%=;\n"
       "}\n" ::"r"(barrier),
       "r"(parity)
+      : "memory");
+#elif defined(__CUDA_ARCH__)
+  __trap();
+#endif
+}
+
+// `bytes` (a multiple of 16) from this CTA's shared memory at `src` (shared::cta, 16-B aligned) to
+// `dst` (shared::cluster, 16-B aligned), linear, counted as transaction bytes on the destination
+// CTA's mbarrier `remote_barrier` (shared::cluster). One thread issues it; the bulk-copy engine
+// moves the bytes.
+__device__ __forceinline__ void bulk_copy_to_peer(uint32_t dst, uint32_t src, uint32_t bytes,
+                                                  uint32_t remote_barrier) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+      "[%3];\n" ::"r"(dst),
+      "r"(src), "r"(bytes), "r"(remote_barrier)
       : "memory");
 #elif defined(__CUDA_ARCH__)
   __trap();

@@ -6,17 +6,20 @@
 //            peer's producer by one remote arrival on the peer's peer_free, and the peer's relay
 //            on its own), cp.asyncs its rows among 32 k .. 32 k + 31 into its own tile and
 //            arrives on its own full barrier as the copying producer does, thread 0 expecting
-//            the peer's bytes of the half (arrive.expect_tx);
-//   forward  once its copies of the half have landed (cp.async.wait_group), reads those chunks
-//            back and stores them into the peer's tile with st.async, counted as transaction
-//            bytes on the peer's full barrier.
-// A half's forward runs behind the next half's issue, so that its copies are in flight while the
-// landed ones are forwarded (PairedForward). Not always: the seesaw frees some halves only after
-// consuming others (WG0 frees K0 left of pair n after WG1's scores on K1, which need K1 left of
-// pair n), so a forward held back until the next half is free could wait on itself across the
-// cluster. Before it waits for a release the producer tests it (mbarrier_test_parity); where
-// either CTA's release is not in yet, it forwards what it holds first. A forward waits only on
-// its own copies, so nothing it holds is ever needed by a wait it is blocked in.
+//            the peer's bytes of the half (arrive.expect_tx), and on the half's landed barrier;
+//   forward  thread 0, once the landed barrier says all 128 threads' copies of the half are in,
+//            hands the rows to the bulk-copy engine: per panel one cp.async.bulk of the 32 rows'
+//            4 KiB (rows 32 k .. 32 k + 31 of a panel are contiguous, and the swizzle is a
+//            function of the address, the same in both CTAs) into the peer's tile, completing as
+//            transaction bytes on the peer's full barrier.
+// No thread waits for its own copies: thread 0 forwards whatever has landed while it waits for a
+// release, and once after each half's issue. It must not block on a release while it holds a
+// half that has not gone out: the seesaw frees some halves only after consuming others (WG0 frees
+// K0 left of pair n after WG1's scores on K1, which need K1 left of pair n), so a forward held
+// back behind a release could wait on itself across the cluster. So while anything is pending it
+// polls (mbarrier.test_wait) the release and the pending halves' landed barriers in turn; a
+// landing depends on nothing but memory, so the blocking flush before the item's Q wait and at the
+// producer's exit is safe.
 //
 // Thread t (group g = t / 8, chunk c = t % 8: ProducerPlace) copies chunk c of every panel of
 // the half for rows g + 16 (2 k + j), j < 2: its entries 2 k, 2 k + 1 of the four list entries it
@@ -64,13 +67,14 @@ struct PeerRing {
 };
 
 // The paired CTA's set-up beyond set_up_seesaw_cta: the peer_free barriers (one relayed arrival
-// each), and a cluster barrier that orders every barrier's initialisation before the peer's first
-// remote arrival or st.async.
+// each), the landed barriers (the producer's 128 cp.async arrivals), and a cluster barrier that
+// orders every barrier's initialisation before the peer's first remote arrival or bulk copy.
 template <class SmemT>
 __device__ __forceinline__ void set_up_paired_ring(SmemT& sm) {
   if (threadIdx.x == 0) {
     for (int s = 0; s < 2 * kStages; ++s) {
       ptx::mbarrier_init_for_cluster(smem_u32(&sm.peer_free[s]), 1);
+      ptx::mbarrier_init_for_cluster(smem_u32(&sm.landed[s]), kProducerThreads);
     }
   }
   ptx::cluster_sync();
@@ -83,81 +87,91 @@ __device__ __forceinline__ uint32_t paired_chunk_offset(const ProducerPlace& at,
   return panel * kPanelBytes + row * 128 + at.swizzled_chunk_bytes;
 }
 
-// The producer's side of the paired ring: the half-stage whose forward it still holds, and the
-// waits that hand the ring between the two CTAs.
+// The producer's side of the paired ring: the half-stages issued but not yet forwarded (thread 0
+// only), and the waits that hand the ring between the two CTAs.
 template <int kDqk>
 struct PairedForward {
-  int pending = -1;      // barrier index (2 stage + half) of the half not yet forwarded, or -1
-  bool relayed = false;  // thread 0: this half-stage's release already relayed to the peer
+  uint32_t pending = 0;  // bit i: half-stage i (2 stage + half) issued, not forwarded yet
+  uint32_t parity = 0;   // bit i: the phase parity of half-stage i's landed barrier
 
-  // Forwards the pending half once at most kInFlight of this thread's cp.async groups are still in
-  // flight (1: the half issued after it; 0: all).
-  template <int kInFlight, class SmemT>
-  __device__ __forceinline__ void flush(SmemT& sm, const PeerRing& peer, const ProducerPlace& at) {
-    switch (pending) {
-      case 0:
-        forward<kInFlight, 0, 0>(sm, peer, at);
-        break;
-      case 1:
-        forward<kInFlight, 0, 1>(sm, peer, at);
-        break;
-      case 2:
-        forward<kInFlight, 1, 0>(sm, peer, at);
-        break;
-      case 3:
-        forward<kInFlight, 1, 1>(sm, peer, at);
-        break;
-      default:
-        break;
-    }
-    pending = -1;
+  // Half-stage kIndex of ring pair `ring_pair` was issued (every producer thread arrived on its
+  // landed barrier): thread 0 will forward it.
+  template <int kIndex>
+  __device__ __forceinline__ void issued(uint32_t ring_pair) {
+    pending |= 1u << kIndex;
+    parity = (parity & ~(1u << kIndex)) | ((ring_pair & 1u) << kIndex);
   }
 
-  // Half-stage kIndex of ring pair `ring_pair` is free in both CTAs. If either release is not in
-  // yet, the pending forward goes out first (the peer's consumers may need it to release theirs).
+  // Forwards every pending half-stage whose copies have landed (thread 0).
+  template <class SmemT>
+  __device__ __forceinline__ void forward_landed(SmemT& sm, const PeerRing& peer) {
+#pragma unroll
+    for (int i = 0; i < 2 * kStages; ++i) {
+      if ((pending >> i & 1u) != 0 &&
+          ptx::mbarrier_test_parity(smem_u32(&sm.landed[i]), parity >> i & 1u)) {
+        forward(sm, peer, i);
+      }
+    }
+  }
+
+  // Forwards every pending half-stage, waiting for its copies to land (thread 0).
+  template <class SmemT>
+  __device__ __forceinline__ void flush(SmemT& sm, const PeerRing& peer) {
+#pragma unroll
+    for (int i = 0; i < 2 * kStages; ++i) {
+      if ((pending >> i & 1u) != 0) {
+        ptx::mbarrier_wait_parity(smem_u32(&sm.landed[i]), parity >> i & 1u);
+        forward(sm, peer, i);
+      }
+    }
+  }
+
+  // Half-stage kIndex of ring pair `ring_pair` is free in both CTAs. Thread 0 relays its own
+  // release to the peer as soon as it is in and, while either release is missing and it holds
+  // pending halves, forwards those that land (the peer's consumers may need them to release).
   template <int kIndex, class SmemT>
-  __device__ __forceinline__ void wait_free(SmemT& sm, const PeerRing& peer,
-                                            const ProducerPlace& at, int t, uint32_t ring_pair) {
+  __device__ __forceinline__ void wait_free(SmemT& sm, const PeerRing& peer, int t,
+                                            uint32_t ring_pair) {
     if (ring_pair == 0) return;
-    const uint32_t parity = (ring_pair - 1) & 1;
+    const uint32_t phase = (ring_pair - 1) & 1;
     const uint32_t empty = smem_u32(&sm.empty[kIndex]);
     const uint32_t peer_free = smem_u32(&sm.peer_free[kIndex]);
-    relayed = false;
-    const bool own_free = ptx::mbarrier_test_parity(empty, parity);
-    if (own_free && t == 0) relay<kIndex>(peer);
-    if (!own_free || !ptx::mbarrier_test_parity(peer_free, parity)) {
-      flush<0>(sm, peer, at);
+    if (t == 0) {
+      bool relayed = false;
+      while (pending != 0) {
+        const bool own_free = ptx::mbarrier_test_parity(empty, phase);
+        if (own_free && !relayed) {
+          ptx::mbarrier_arrive_remote(peer.peer_free + 8 * kIndex);
+          relayed = true;
+        }
+        if (own_free && ptx::mbarrier_test_parity(peer_free, phase)) break;
+        forward_landed(sm, peer);
+      }
+      ptx::mbarrier_wait_parity(empty, phase);
+      if (!relayed) ptx::mbarrier_arrive_remote(peer.peer_free + 8 * kIndex);
     }
-    ptx::mbarrier_wait_parity(empty, parity);
-    if (t == 0 && !relayed) relay<kIndex>(peer);
-    ptx::mbarrier_wait_parity_cluster(peer_free, parity);
+    ptx::mbarrier_wait_parity(empty, phase);
+    ptx::mbarrier_wait_parity_cluster(peer_free, phase);
   }
 
  private:
-  template <int kIndex>
-  __device__ __forceinline__ void relay(const PeerRing& peer) {
-    ptx::mbarrier_arrive_remote(peer.peer_free + 8 * kIndex);
-    relayed = true;
-  }
-
-  template <int kInFlight, int kStage, int kHalf, class SmemT>
-  __device__ __forceinline__ void forward(SmemT& sm, const PeerRing& peer,
-                                          const ProducerPlace& at) {
-    constexpr int kIndex = 2 * kStage + kHalf;
-    ptx::cp_async_wait<kInFlight>();
-    const uint8_t* tile = sm.kv[kStage];
-    const uint32_t peer_tile = peer.kv + kStage * kTileBytes<kDqk>;
-    const uint32_t peer_full = peer.full + 8 * kIndex;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int panel = kHalfFirstPanel<kDqk, kHalf>; panel < kHalfEndPanel<kDqk, kHalf>; ++panel) {
-        const uint32_t offset = paired_chunk_offset(at, peer.rank, j, panel);
-        ptx::st_async_16(peer_tile + offset, *reinterpret_cast<const uint4*>(tile + offset),
-                         peer_full);
-      }
-    }
+  // The bulk copies of half-stage i's rows of this CTA into the peer's tile, one per panel.
+  template <class SmemT>
+  __device__ __forceinline__ void forward(SmemT& sm, const PeerRing& peer, int i) {
+    const int stage = i >> 1;
+    const int first = (i & 1) * kLeftPanels;
+    const int end = (i & 1) == 0 ? kLeftPanels : kDqk / 64;
+    const uint32_t rows = static_cast<uint32_t>(stage) * kTileBytes<kDqk> + 32u * 128u * peer.rank;
+    const uint32_t own = smem_u32(sm.kv[0]) + rows;
+    // The rows were written by cp.async (completed through the landed barrier); the bulk copy
+    // reads them through the async proxy.
     ptx::fence_proxy_async_shared();
+    for (int panel = first; panel < end; ++panel) {
+      const uint32_t offset = static_cast<uint32_t>(panel) * kPanelBytes;
+      ptx::bulk_copy_to_peer(peer.kv + rows + offset, own + offset, 32u * 128u,
+                             peer.full + 8u * static_cast<uint32_t>(i));
+    }
+    pending &= ~(1u << i);
   }
 };
 

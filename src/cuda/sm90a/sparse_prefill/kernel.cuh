@@ -102,11 +102,11 @@ __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, con
 }
 
 // One half-stage of a 2-CTA cluster's paired ring (seesaw/paired_ring.cuh; 128 heads, the
-// cluster's CTAs hold the token's two head groups): once both CTAs' consumers freed it (the
-// pending forward goes out first where a release is not in yet), the validity flags of all 64 rows,
-// cp.async of the thread's two rows of this CTA's half of the block (entries 2 rank, 2 rank + 1),
-// the arrivals on the full barrier (thread 0's expecting the peer's bytes); then the previous
-// half's forward behind these copies, and this half becomes the pending one.
+// cluster's CTAs hold the token's two head groups): once both CTAs' consumers freed it (thread 0
+// forwarding landed halves while a release is not in), the validity flags of all 64 rows, cp.async
+// of the thread's two rows of this CTA's half of the block (entries 2 rank, 2 rank + 1), the
+// arrivals on the full barrier (thread 0's expecting the peer's bytes) and on the half's landed
+// barrier; the half is then pending, and thread 0 forwards whatever has landed.
 template <int kDqk, int kStage, int kHalf>
 __device__ __forceinline__ void produce_paired_half(const detail::PrefillParams& p,
                                                     const BlockRows& rows, const ProducerPlace& at,
@@ -114,7 +114,7 @@ __device__ __forceinline__ void produce_paired_half(const detail::PrefillParams&
                                                     Smem<kDqk>& sm, const PeerRing& peer,
                                                     PairedForward<kDqk>& fwd) {
   constexpr int kIndex = 2 * kStage + kHalf;
-  fwd.template wait_free<kIndex>(sm, peer, at, t, ring_pair);
+  fwd.template wait_free<kIndex>(sm, peer, t, ring_pair);
   if (writes_flags && at.chunk == 0) {
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
@@ -139,14 +139,15 @@ __device__ __forceinline__ void produce_paired_half(const detail::PrefillParams&
   }
   const uint32_t full = smem_u32(&sm.full[kIndex]);
   ptx::cp_async_mbarrier_arrive_noinc(full);
+  ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.landed[kIndex]));
   ptx::cp_async_commit();
   if (t == 0) {
     ptx::mbarrier_arrive_expect_tx(full, kPeerHalfBytes<kDqk, kHalf>);
   } else if (at.chunk == 0) {
     ptx::mbarrier_arrive(full);
   }
-  fwd.template flush<1>(sm, peer, at);
-  fwd.pending = kIndex;
+  fwd.template issued<kIndex>(ring_pair);
+  if (t == 0) fwd.forward_landed(sm, peer);
 }
 
 // A half-stage filled the launch's way: copied by this CTA alone, or through the paired ring.
@@ -186,7 +187,7 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
   const ProducerPlace at(t);
   PeerRing peer;
   if constexpr (kPaired) peer = PeerRing(sm);
-  PairedForward<kDqk> fwd;  // kPaired: the half-stage whose forward to the peer is held back
+  PairedForward<kDqk> fwd;  // kPaired: the half-stages not yet forwarded to the peer
   uint32_t ring_pairs = 0;  // pairs of the items before this one: the ring's phase
   uint32_t item_count = 0;
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
@@ -196,9 +197,11 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     BlockRows k1 = block_rows(w.slots, at, 1);
     // The item's Q once the consumers' last scores of the previous item are done: it lands while
     // they finish that item's products and store its output.
-    // (The held forward goes out first: the consumers' last scores may need it.)
+    // (The pending forwards go out first: the consumers' last scores may need them.)
     if (item_count > 0) {
-      if constexpr (kPaired) fwd.template flush<0>(sm, peer, at);
+      if constexpr (kPaired) {
+        if (t == 0) fwd.flush(sm, peer);
+      }
       ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
     }
     const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + w.token * p.q_stride_s);
@@ -220,7 +223,9 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     }
     ring_pairs += w.num_pairs;
   }
-  if constexpr (kPaired) fwd.template flush<0>(sm, peer, at);
+  if constexpr (kPaired) {
+    if (t == 0) fwd.flush(sm, peer);
+  }
   // Every copy has landed before the producer exits.
   ptx::cp_async_commit();
   ptx::cp_async_wait<0>();
