@@ -8,9 +8,6 @@
 //   SMLA_PREFILL_SM90A_CTAS      1..2^20  caps the Hopper prefill's persistent grid (one CTA per
 //                                         SM by default), so that small tests walk several work
 //                                         items per CTA (sm90a/sparse_prefill/kernel.cuh)
-//   SMLA_PREFILL_PAIR_HEAD_GROUPS 0 | 1   the Hopper prefill's 65..128 heads as 2-CTA clusters
-//                                         that gather each token's rows once (default 0;
-//                                         sm90a/sparse_prefill/kernel.cuh)
 //   SMLA_DECODE_SM90A            0 | 1    the Hopper decode kernel on sm_90 devices: 1 runs it
 //                                         wherever it can, 0 never; unset, where its launch has
 //                                         enough work (sm90a_decode_by_default,
@@ -41,7 +38,6 @@ struct CudaKnobs {
   detail::EnvKnob prefill_block_keys;
   detail::EnvKnob prefill_sm90a;
   detail::EnvKnob prefill_sm90a_ctas;
-  detail::EnvKnob prefill_pair_head_groups;
   detail::EnvKnob decode_block_keys;
   detail::EnvKnob decode_sm90a;
   detail::EnvKnob decode_pair_head_groups;

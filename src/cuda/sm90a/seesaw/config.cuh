@@ -53,7 +53,7 @@ template <int kDqk>
 inline constexpr int kOwnPTiles = kDqk == 576 ? 1 : 2;
 
 // Shared memory, d_qk 576: 73,728 Q + 2 x 73,728 KV + 8,192 P + 1,664 row statistics and
-// validity + 144 barriers, rounded up to 1 KiB = 231,424 B; + 1,024 alignment slack = 232,448,
+// validity + 80 barriers, rounded up to 1 KiB = 231,424 B; + 1,024 alignment slack = 232,448,
 // the sm_90 limit exactly (d_qk 512: 215,040 + 1,024).
 template <int kDqk>
 struct Smem {
@@ -67,12 +67,6 @@ struct Smem {
   uint64_t empty[2 * kStages];            // half-stage free: one arrival per warp of its reader
   uint64_t q_full;                        // Q landed: 128 cp.async arrivals
   uint64_t q_empty;                       // the item's last scores done: one arrival per warp
-  // A paired launch's 2-CTA cluster (seesaw/paired_ring.cuh): the peer CTA's consumers freed the
-  // half-stage (one arrival relayed by the peer's producer). Unused by an unpaired launch.
-  uint64_t peer_free[2 * kStages];
-  // A paired launch: this CTA's copies of its rows of the half-stage landed (128 cp.async
-  // arrivals), so they can be forwarded to the peer. Unused by an unpaired launch.
-  uint64_t landed[2 * kStages];
 };
 
 inline constexpr int kMaxSmemSm90 = 232448;

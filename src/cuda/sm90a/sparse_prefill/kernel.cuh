@@ -17,7 +17,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 
@@ -37,7 +36,6 @@
 #include "cuda/runtime/dynamic_smem.h"
 #include "cuda/sm90a/seesaw/consumers.cuh"
 #include "cuda/sm90a/seesaw/cta.cuh"
-#include "cuda/sm90a/seesaw/paired_ring.cuh"
 #include "cuda/sm90a/seesaw/producer_rows.cuh"
 #include "cuda/sm90a/sparse_prefill/config.cuh"
 #include "cuda/sm90a/sparse_prefill/launch.h"
@@ -101,69 +99,6 @@ __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, con
   if (at.chunk == 0) ptx::mbarrier_arrive(full);
 }
 
-// One half-stage of a 2-CTA cluster's paired ring (seesaw/paired_ring.cuh; 128 heads, the
-// cluster's CTAs hold the token's two head groups): once both CTAs' consumers freed it (thread 0
-// forwarding landed halves while a release is not in), the validity flags of all 64 rows, cp.async
-// of the thread's two rows of this CTA's half of the block (entries 2 rank, 2 rank + 1), the
-// arrivals on the full barrier (thread 0's expecting the peer's bytes) and on the half's landed
-// barrier; the half is then pending, and thread 0 forwards whatever has landed.
-template <int kDqk, int kStage, int kHalf>
-__device__ __forceinline__ void produce_paired_half(const detail::PrefillParams& p,
-                                                    const BlockRows& rows, const ProducerPlace& at,
-                                                    int t, uint32_t ring_pair, bool writes_flags,
-                                                    Smem<kDqk>& sm, const PeerRing& peer,
-                                                    PairedForward<kDqk>& fwd) {
-  constexpr int kIndex = 2 * kStage + kHalf;
-  fwd.template wait_free<kIndex>(sm, peer, t, ring_pair);
-  if (writes_flags && at.chunk == 0) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      sm.valid[kStage][at.group + 16 * r] =
-          rows.index[r] >= 0 && rows.index[r] < p.problem.s_kv ? 1 : 0;
-    }
-  }
-  const uint8_t* kv = reinterpret_cast<const uint8_t*>(p.kv);
-  const uint32_t tile = smem_u32(sm.kv[kStage]);
-  const bool upper = peer.rank != 0;
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int32_t index = upper ? rows.index[2 + j] : rows.index[j];
-    const bool valid = index >= 0 && index < p.problem.s_kv;
-    const uint8_t* src =
-        kv + (valid ? static_cast<int64_t>(index) * p.kv_stride_s * 2 : 0) + 16 * at.chunk;
-#pragma unroll
-    for (int panel = kHalfFirstPanel<kDqk, kHalf>; panel < kHalfEndPanel<kDqk, kHalf>; ++panel) {
-      ptx::cp_async_cg_16(tile + paired_chunk_offset(at, peer.rank, j, panel), src + 128 * panel,
-                          valid ? 16u : 0u);
-    }
-  }
-  const uint32_t full = smem_u32(&sm.full[kIndex]);
-  ptx::cp_async_mbarrier_arrive_noinc(full);
-  ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.landed[kIndex]));
-  ptx::cp_async_commit();
-  if (t == 0) {
-    ptx::mbarrier_arrive_expect_tx(full, kPeerHalfBytes<kDqk, kHalf>);
-  } else if (at.chunk == 0) {
-    ptx::mbarrier_arrive(full);
-  }
-  fwd.template issued<kIndex>(ring_pair);
-  if (t == 0) fwd.forward_landed(sm, peer);
-}
-
-// A half-stage filled the launch's way: copied by this CTA alone, or through the paired ring.
-template <int kDqk, bool kPaired, int kStage, int kHalf>
-__device__ __forceinline__ void fill_half(const detail::PrefillParams& p, const BlockRows& rows,
-                                          const ProducerPlace& at, int t, uint32_t ring_pair,
-                                          bool writes_flags, Smem<kDqk>& sm, const PeerRing& peer,
-                                          PairedForward<kDqk>& fwd) {
-  if constexpr (kPaired) {
-    produce_paired_half<kDqk, kStage, kHalf>(p, rows, at, t, ring_pair, writes_flags, sm, peer,
-                                             fwd);
-  } else {
-    produce_half<kDqk, kStage, kHalf>(p, rows, at, ring_pair, writes_flags, sm);
-  }
-}
-
 // The CTA's work items: item = token * head_groups + group, from blockIdx.x in steps of gridDim.x
 // (a persistent grid of one CTA per SM). Both roles walk them in the same order.
 struct WorkItem {
@@ -178,16 +113,10 @@ struct WorkItem {
         num_pairs((slots.num_blocks + 1) / 2) {}
 };
 
-// kPaired: a 2-CTA cluster's producer, which fills each half-stage with its half of the rows in
-// both CTAs (the launch makes the grid even, so the cluster's CTAs 2c and 2c + 1 walk the same
-// tokens, one head group each).
-template <int kDqk, bool kPaired>
+template <int kDqk>
 __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head_groups,
                                         int64_t num_items, int t, Smem<kDqk>& sm) {
   const ProducerPlace at(t);
-  PeerRing peer;
-  if constexpr (kPaired) peer = PeerRing(sm);
-  PairedForward<kDqk> fwd;  // kPaired: the half-stages not yet forwarded to the peer
   uint32_t ring_pairs = 0;  // pairs of the items before this one: the ring's phase
   uint32_t item_count = 0;
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
@@ -197,13 +126,7 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     BlockRows k1 = block_rows(w.slots, at, 1);
     // The item's Q once the consumers' last scores of the previous item are done: it lands while
     // they finish that item's products and store its output.
-    // (The pending forwards go out first: the consumers' last scores may need them.)
-    if (item_count > 0) {
-      if constexpr (kPaired) {
-        if (t == 0) fwd.flush(sm, peer);
-      }
-      ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
-    }
+    if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
     const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + w.token * p.q_stride_s);
     copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
       const int head = w.head0 + at.group + 16 * r;
@@ -214,17 +137,14 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     for (int pair = 0; pair < w.num_pairs; ++pair) {
       // The order the consumers free the halves in (see consume).
       const uint32_t ring_pair = ring_pairs + pair;
-      fill_half<kDqk, kPaired, 0, 0>(p, k0, at, t, ring_pair, true, sm, peer, fwd);
-      fill_half<kDqk, kPaired, 1, 1>(p, k1, at, t, ring_pair, true, sm, peer, fwd);
-      fill_half<kDqk, kPaired, 0, 1>(p, k0, at, t, ring_pair, false, sm, peer, fwd);
+      produce_half<kDqk, 0, 0>(p, k0, at, ring_pair, true, sm);
+      produce_half<kDqk, 1, 1>(p, k1, at, ring_pair, true, sm);
+      produce_half<kDqk, 0, 1>(p, k0, at, ring_pair, false, sm);
       if (pair + 1 < w.num_pairs) k0 = block_rows(w.slots, at, 2 * pair + 2);
-      fill_half<kDqk, kPaired, 1, 0>(p, k1, at, t, ring_pair, false, sm, peer, fwd);
+      produce_half<kDqk, 1, 0>(p, k1, at, ring_pair, false, sm);
       if (pair + 1 < w.num_pairs) k1 = block_rows(w.slots, at, 2 * pair + 3);
     }
     ring_pairs += w.num_pairs;
-  }
-  if constexpr (kPaired) {
-    if (t == 0) fwd.flush(sm, peer);
   }
   // Every copy has landed before the producer exits.
   ptx::cp_async_commit();
@@ -310,27 +230,21 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int head
   }
 }
 
-// kPaired: launched as 2-CTA clusters along x (two head groups; launch_sm90a_sparse_prefill), the
-// ring filled by the paired producer; the cluster barriers order the peer_free barriers'
-// initialisation before any remote arrival or st.async, and keep each CTA's shared memory alive
-// until its peer is done with it.
-template <int kDqk, bool kPaired>
+template <int kDqk>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90a_sparse_prefill_kernel(const detail::PrefillParams p, int head_groups, int64_t num_items) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kFullArrivals);
-  if constexpr (kPaired) set_up_paired_ring(sm);
   const int thread = threadIdx.x;
 
   if (thread >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce<kDqk, kPaired>(p, head_groups, num_items, thread - kConsumerThreads, sm);
+    produce<kDqk>(p, head_groups, num_items, thread - kConsumerThreads, sm);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
     consume<kDqk>(p, head_groups, num_items, thread, sm);
   }
-  if constexpr (kPaired) ptx::cluster_sync();
 #else
   __trap();
 #endif
@@ -339,47 +253,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int kDqk>
 int sm90a_prefill_smem_bytes() {
   return static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
-}
-
-// The paired kernel's launch: `grid` CTAs (even) in clusters of (2, 1, 1), so cluster rank =
-// blockIdx.x % 2 = the item's head group. `cluster` is the attribute storage the config points to.
-inline cudaLaunchConfig_t paired_prefill_config(unsigned grid, int smem, cudaStream_t stream,
-                                                cudaLaunchAttribute* cluster) {
-  cluster->id = cudaLaunchAttributeClusterDimension;
-  cluster->val.clusterDim.x = 2;
-  cluster->val.clusterDim.y = 1;
-  cluster->val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(grid);
-  config.blockDim = dim3(static_cast<unsigned>(kThreads));
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  config.stream = stream;
-  config.attrs = cluster;
-  config.numAttrs = 1;
-  return config;
-}
-
-// Resident 2-CTA clusters of the paired kernel on device `device` (the current one), asked once
-// per device; 0 where the query fails.
-template <int kDqk>
-int paired_prefill_clusters(int device, int smem) {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> known[kMaxDevices] = {};  // value + 1
-  if (device >= 0 && device < kMaxDevices) {
-    if (const int k = known[device].load(std::memory_order_relaxed); k > 0) return k - 1;
-  }
-  auto kernel = sm90a_sparse_prefill_kernel<kDqk, true>;
-  cudaLaunchAttribute cluster;
-  const cudaLaunchConfig_t config = paired_prefill_config(2, smem, nullptr, &cluster);
-  int clusters = 0;
-  if (ensure_max_dynamic_smem(kernel, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
-    cudaGetLastError();
-    clusters = 0;
-  }
-  if (device >= 0 && device < kMaxDevices)
-    known[device].store(clusters + 1, std::memory_order_relaxed);
-  return clusters;
 }
 
 template <int kDqk>
@@ -396,27 +269,11 @@ Status launch_sm90a_sparse_prefill(const detail::PrefillParams& p, cudaStream_t 
     return unsupported("sm90a sparse prefill: " + why_not);
   }
   const int64_t ctas = cuda_knobs().prefill_sm90a_ctas.value.value_or(limits.sm_count);
-  const int smem = sm90a_prefill_smem_bytes<kDqk>();
-  // Two head groups as 2-CTA clusters (SMLA_PREFILL_PAIR_HEAD_GROUPS=1): an even grid of at most
-  // the resident clusters' CTAs, so CTAs 2c and 2c + 1 take the two items of each of their tokens.
-  const int clusters = head_groups == 2 && cuda_knobs().prefill_pair_head_groups.value == 1
-                           ? paired_prefill_clusters<kDqk>(p.problem.device.index, smem)
-                           : 0;
-  if (clusters > 0) {
-    const int64_t pairs =
-        std::min({p.problem.s_q, static_cast<int64_t>(clusters), std::max<int64_t>(1, ctas / 2)});
-    auto kernel = sm90a_sparse_prefill_kernel<kDqk, true>;
-    SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-    cudaLaunchAttribute cluster;
-    const cudaLaunchConfig_t config =
-        paired_prefill_config(static_cast<unsigned>(2 * pairs), smem, stream, &cluster);
-    SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, p, head_groups, num_items));
-    return check_last_launch("sm90a_sparse_prefill_kernel (paired)");
-  }
   const int64_t grid = std::min<int64_t>(num_items, ctas);
-  auto kernel = sm90a_sparse_prefill_kernel<kDqk, false>;
-  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-  kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups, num_items);
+  const int smem = sm90a_prefill_smem_bytes<kDqk>();
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_prefill_kernel<kDqk>, smem));
+  sm90a_sparse_prefill_kernel<kDqk>
+      <<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups, num_items);
   return check_last_launch("sm90a_sparse_prefill_kernel");
 }
 
