@@ -99,26 +99,6 @@ __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, con
   if (at.chunk == 0) ptx::mbarrier_arrive(full);
 }
 
-// The L2 prefetch that runs a pair ahead of the copies: producer thread t owns row t % 64 of block
-// t / 64 of a pair (the list entry `entry`, loaded a pair before, so that the prefetch waits for no
-// load). One cp.async.bulk.prefetch.L2 brings the row's d_qk x 2 bytes into L2, where the next
-// pair's half-stage copies find them: the late halves (K0 right, K1 left, refilled after their
-// release at the end of a pair) then wait for an L2 latency instead of an HBM one.
-template <int kDqk>
-__device__ __forceinline__ void prefetch_row(const detail::PrefillParams& p, int32_t entry) {
-  if (entry < 0 || entry >= p.problem.s_kv) return;
-  ptx::prefetch_l2_bulk(
-      reinterpret_cast<const uint8_t*>(p.kv) + static_cast<int64_t>(entry) * p.kv_stride_s * 2,
-      kDqk * 2);
-}
-
-// List entry `pair` x 128 + t of the token (t: the producer thread), -1 past the valid prefix.
-__device__ __forceinline__ int32_t pair_entry(const portable_prefill::TokenSlots& slots, int t,
-                                              int pair) {
-  const int64_t k = static_cast<int64_t>(pair) * 2 * kBlockKeys + t;
-  return k < slots.n_valid ? __ldg(slots.indices + k) : -1;
-}
-
 // The CTA's work items: item = token * head_groups + group, from blockIdx.x in steps of gridDim.x
 // (a persistent grid of one CTA per SM). Both roles walk them in the same order.
 struct WorkItem {
@@ -144,7 +124,6 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     // Each pair's list entries are loaded while the previous pair's halves are still being freed.
     BlockRows k0 = block_rows(w.slots, at, 0);
     BlockRows k1 = block_rows(w.slots, at, 1);
-    int32_t ahead = pair_entry(w.slots, t, 1);  // the prefetch's entry of pair 1
     // The item's Q once the consumers' last scores of the previous item are done: it lands while
     // they finish that item's products and store its output.
     if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
@@ -156,11 +135,8 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
     for (int pair = 0; pair < w.num_pairs; ++pair) {
-      // The next pair's rows L2-prefetched, then the halves in the order the consumers free
-      // them (see consume).
+      // The order the consumers free the halves in (see consume).
       const uint32_t ring_pair = ring_pairs + pair;
-      if (pair + 1 < w.num_pairs) prefetch_row<kDqk>(p, ahead);
-      ahead = pair_entry(w.slots, t, pair + 2);
       produce_half<kDqk, 0, 0>(p, k0, at, ring_pair, true, sm);
       produce_half<kDqk, 1, 1>(p, k1, at, ring_pair, true, sm);
       produce_half<kDqk, 0, 1>(p, k0, at, ring_pair, false, sm);
