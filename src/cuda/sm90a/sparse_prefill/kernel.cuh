@@ -99,27 +99,6 @@ __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, con
   if (at.chunk == 0) ptx::mbarrier_arrive(full);
 }
 
-// The L2 prefetch that runs a pair ahead of the copies: producer thread t owns row t % 64 of block
-// t / 64 of a pair (the list entry `entry`, loaded a pair before, so that the prefetch waits for no
-// load). One cp.async.bulk.prefetch.L2 brings the row's d_qk x 2 bytes into L2, where the next
-// pair's half-stage copies find them: the late halves (K0 right, K1 left, refilled after their
-// release at the end of a pair) then wait for an L2 latency instead of an HBM one. An entry of -1
-// (past a list, or no next item) prefetches nothing.
-template <int kDqk>
-__device__ __forceinline__ void prefetch_row(const detail::PrefillParams& p, int32_t entry) {
-  if (entry < 0 || entry >= p.problem.s_kv) return;
-  ptx::prefetch_l2_bulk(
-      reinterpret_cast<const uint8_t*>(p.kv) + static_cast<int64_t>(entry) * p.kv_stride_s * 2,
-      kDqk * 2);
-}
-
-// List entry `pair` x 128 + t of the token (t: the producer thread), -1 past the valid prefix.
-__device__ __forceinline__ int32_t pair_entry(const portable_prefill::TokenSlots& slots, int t,
-                                              int pair) {
-  const int64_t k = static_cast<int64_t>(pair) * 2 * kBlockKeys + t;
-  return k < slots.n_valid ? __ldg(slots.indices + k) : -1;
-}
-
 // The CTA's work items: item = token * head_groups + group, from blockIdx.x in steps of gridDim.x
 // (a persistent grid of one CTA per SM). Both roles walk them in the same order.
 struct WorkItem {
@@ -142,22 +121,9 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
   uint32_t item_count = 0;
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
     const WorkItem w(p, head_groups, item);
-    // The prefetch walks the CTA's pairs across items: pair k < num_pairs of this item, then
-    // (k == num_pairs) the next item's first pair, prefetched during this item's last pair.
-    const int64_t next_item = item + gridDim.x;
-    const portable_prefill::TokenSlots next_slots =
-        next_item < num_items
-            ? portable_prefill::token_slots<kBlockKeys>(p, next_item / head_groups)
-            : portable_prefill::TokenSlots{p.indices, 0, 0};
-    const auto stream_entry = [&](int k) {
-      return k < w.num_pairs    ? pair_entry(w.slots, t, k)
-             : k == w.num_pairs ? pair_entry(next_slots, t, 0)
-                                : -1;
-    };
     // Each pair's list entries are loaded while the previous pair's halves are still being freed.
     BlockRows k0 = block_rows(w.slots, at, 0);
     BlockRows k1 = block_rows(w.slots, at, 1);
-    int32_t ahead = stream_entry(1);  // the prefetch's entry of the pair after the first
     // The item's Q once the consumers' last scores of the previous item are done: it lands while
     // they finish that item's products and store its output.
     if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
@@ -169,11 +135,8 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
     for (int pair = 0; pair < w.num_pairs; ++pair) {
-      // The next pair's rows L2-prefetched, then the halves in the order the consumers free
-      // them (see consume).
+      // The order the consumers free the halves in (see consume).
       const uint32_t ring_pair = ring_pairs + pair;
-      prefetch_row<kDqk>(p, ahead);
-      ahead = stream_entry(pair + 2);
       produce_half<kDqk, 0, 0>(p, k0, at, ring_pair, true, sm);
       produce_half<kDqk, 1, 1>(p, k1, at, ring_pair, true, sm);
       produce_half<kDqk, 0, 1>(p, k0, at, ring_pair, false, sm);
