@@ -10,7 +10,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/device/online_softmax.cuh"
 #include "cuda/device/ptx/barrier.cuh"
@@ -182,10 +181,8 @@ __device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at
 // without waiting for this warpgroup's round trip through wait, release and the next pair's
 // barrier wait; S holds them on return. WG0 does so; WG1 does not: its next scores would then
 // run beside WG0's, both softmaxes would fall together, and the seesaw's stagger would be lost
-// (8-20 % slower at d576 h128, docs/kernels/sm90a_sparse_prefill.md). kFirstHalfOnly queues only
-// the first half of the next scores (WG1's K1 right, where no Prepare converts it: see
-// consume_pair_wg1); the second half is issued at the next pair's start.
-template <int kDqk, int kStage, class Prepare = NoPrepare, bool kFirstHalfOnly = false>
+// (8-20 % slower at d576 h128, docs/kernels/sm90a_sparse_prefill.md).
+template <int kDqk, int kStage, class Prepare = NoPrepare>
 __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_tile, int wg,
                                                         uint32_t q, Smem<kDqk>& sm, bool queue_next,
                                                         uint32_t next_parity, uint64_t& empty,
@@ -209,10 +206,8 @@ __device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_
     ptx::wgmma_wait_group<1>();
     ptx::wgmma_fence_operands(o);
     release(empty, at);
-    if constexpr (!kFirstHalfOnly) {
-      issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare>(q, sm, next_parity, s);
-      ptx::wgmma_commit_group();
-    }
+    issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare>(q, sm, next_parity, s);
+    ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operands(s);
   } else {
@@ -289,28 +284,12 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
 // WG1's pair: S1 = Q K1^T -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 ->
 // O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R. last: the item's last pair
 // (Q is free once its scores are done).
-// kWg1QueuesRight: where no Prepare converts the halves, WG1 issues the next pair's K1-right scores
-// behind its last products (has_next), so its next pair starts with the left half only (s holds
-// the right half's product on entry: right_queued).
-template <class Prepare>
-inline constexpr bool kWg1QueuesRight = std::is_same_v<Prepare, NoPrepare>;
-
 template <int kDqk, class Prepare = NoPrepare>
 __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, uint32_t p0_tile,
                                                  const ConsumerPlace& at, float scale_log2,
-                                                 uint32_t pair, bool last, bool right_queued,
-                                                 Smem<kDqk>& sm, RowState& st, float (&s)[32],
-                                                 float (&o)[128]) {
-  if (kWg1QueuesRight<Prepare> && right_queued) {
-    ptx::wgmma_fence_operands(s);
-    ptx::wgmma_fence();
-    issue_score_half<kDqk, 1, 0, false, Prepare>(q, sm, pair & 1, s);
-    ptx::wgmma_commit_group();
-    ptx::wgmma_wait_group<0>();
-    ptx::wgmma_fence_operands(s);
-  } else {
-    scores<kDqk, 1, Prepare>(q, sm, pair & 1, s);
-  }
+                                                 uint32_t pair, bool last, Smem<kDqk>& sm,
+                                                 RowState& st, float (&s)[32], float (&o)[128]) {
+  scores<kDqk, 1, Prepare>(q, sm, pair & 1, s);
   if (last) release(sm.q_empty, at);
   float mx[2], m_use[2], alpha[2];
   mask_scores(sm.valid[1], at, scale_log2, s, mx);
@@ -337,9 +316,8 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, u
   release(sm.empty[3], at);  // K1 right: read by WG1 only
   ptx::named_barrier_sync(kP0Ready, kConsumerThreads);
   // K0 right: WG0's scores finished before P0 was ready.
-  products_ss_then_scores<kDqk, 1, Prepare, true>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm,
-                                                  kWg1QueuesRight<Prepare> && !last, (pair + 1) & 1,
-                                                  sm.empty[1], at, o, s);
+  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, false, 0, sm.empty[1], at,
+                                   o, s);
 }
 
 // A 4 x 4 transpose of 32-bit words across the four lanes of a quad (q = lane % 4): on return
@@ -390,7 +368,7 @@ __device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile,
                                       has_next, sm, st, s, o);
     } else {
       consume_pair_wg1<kDqk, Prepare>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair,
-                                      !has_next, pair > 0, sm, st, s, o);
+                                      !has_next, sm, st, s, o);
     }
   }
   if (num_pairs == 0) release(sm.q_empty, at);
