@@ -105,21 +105,22 @@ struct Quantized<KvCacheFormat::kV41Fp4> {
 
 // ---- byte moves that tolerate any alignment --------------------------------------------------
 
+// kBytes from src to dst: one kBytes-wide move where the address `at` (the side whose alignment is
+// not known: the record's) allows it, else byte by byte.
 template <int kBytes>
-__device__ __forceinline__ void store_bytes(uint8_t* dst, const uint8_t* src) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(dst);
+__device__ __forceinline__ void move_bytes(uint8_t* dst, const uint8_t* src, uintptr_t at) {
   if constexpr (kBytes == 16) {
-    if (a % 16 == 0) {
+    if (at % 16 == 0) {
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
       return;
     }
   } else if constexpr (kBytes == 8) {
-    if (a % 8 == 0) {
+    if (at % 8 == 0) {
       *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
       return;
     }
   } else if constexpr (kBytes == 4) {
-    if (a % 4 == 0) {
+    if (at % 4 == 0) {
       *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src);
       return;
     }
@@ -129,26 +130,13 @@ __device__ __forceinline__ void store_bytes(uint8_t* dst, const uint8_t* src) {
 }
 
 template <int kBytes>
+__device__ __forceinline__ void store_bytes(uint8_t* dst, const uint8_t* src) {
+  move_bytes<kBytes>(dst, src, reinterpret_cast<uintptr_t>(dst));
+}
+
+template <int kBytes>
 __device__ __forceinline__ void load_bytes(uint8_t* dst, const uint8_t* src) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(src);
-  if constexpr (kBytes == 16) {
-    if (a % 16 == 0) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-      return;
-    }
-  } else if constexpr (kBytes == 8) {
-    if (a % 8 == 0) {
-      *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
-      return;
-    }
-  } else if constexpr (kBytes == 4) {
-    if (a % 4 == 0) {
-      *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(src);
-      return;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kBytes; ++i) dst[i] = src[i];
+  move_bytes<kBytes>(dst, src, reinterpret_cast<uintptr_t>(src));
 }
 
 // 16 bf16 values (2-B aligned source) -> fp32.
