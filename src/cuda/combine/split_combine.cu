@@ -62,6 +62,7 @@ struct CombineTiling {
 };
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
 struct CombineArgs {
   const int32_t* split_offsets;  // [num_queries + 1]
   const float* partial_lse;      // [max_partials, h_q] log2 domain
