@@ -54,7 +54,6 @@ struct CombineTiling {
   static constexpr int kPiecesPerChunk = kColumnSlices == 1 ? 4 : 8;
   static_assert(kColumnSlices == 1 || kColumnSlices == 4);
   static_assert(kPieceGroups == 1 || kPieceGroups == kWarps);
-  static_assert(kWarpsPerHead <= kWarps || kWarpsPerHead % kWarps == 0);
   // The grid's y extent: CTAs per query.
   static constexpr int64_t query_ctas(int64_t h_q) {
     return (h_q * kWarpsPerHead + kWarps - 1) / kWarps;
@@ -129,12 +128,20 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
   cudaGridDependencySynchronize();
 #endif
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int query_warp = blockIdx.y * kWarps + warp;
-  const int head = query_warp / Tiling::kWarpsPerHead;
-  // With piece groups a CTA is one (head, slice), so this exit is all of a CTA or none of it.
+  // The query's warp g = blockIdx.y * kWarps + warp, split as CombineTiling says; without piece
+  // groups a CTA holds kWarps / kColumnSlices whole heads, with them a CTA is one (head, slice)
+  // and its warps are the groups (so the exit below is all of a CTA or none of it).
+  int head, slice, group;
+  if constexpr (kPieceGroups == 1) {
+    head = blockIdx.y * (kWarps / Tiling::kColumnSlices) + warp / Tiling::kColumnSlices;
+    slice = warp % Tiling::kColumnSlices;
+    group = 0;
+  } else {
+    head = blockIdx.y / Tiling::kColumnSlices;
+    slice = blockIdx.y % Tiling::kColumnSlices;
+    group = warp;
+  }
   if (head >= a.h_q) return;
-  const int group = query_warp % kPieceGroups;
-  const int slice = query_warp / kPieceGroups % Tiling::kColumnSlices;
   const int col0 = slice * Tiling::kColsPerWarp + lane * 4;
 
   const int64_t b_idx = query / a.s_q, s_idx = query % a.s_q;
@@ -188,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
 
   // This warp's pieces in order; with piece groups the groups' sums are then added in group
   // order (the sum's rounding depends on the tiling, not on the data or the launch).
-  for (int first = first_piece; first < num_splits;) {
+  for (int first = first_piece;;) {  // a chunk past the last piece adds nothing
 #pragma unroll
     for (int j = 0; j < kPiecesPerChunk; ++j) {
       const int i = first + j;
