@@ -10,6 +10,8 @@
 #   scripts/gpu_ab.sh OUT_DIR ab.patch [BENCH FLAGS...]        default flags: --suite all
 #   scripts/gpu_ab.sh OUT_DIR b.patch c.patch [BENCH FLAGS...] three versions (each patch on A)
 #   scripts/gpu_ab.sh OUT_DIR none [BENCH FLAGS...]            one binary, two environments
+#   scripts/gpu_ab.sh OUT_DIR none none none [BENCH FLAGS...]  one binary, four (a sweep of a knob:
+#                        SMLA_AB_A_ENV, SMLA_AB_B_ENV, ... say each side's settings)
 #
 # Environment:
 #   SMLA_AB_A_BIN=PATH   an existing sparse-mla of A (e.g. build-gpu/sparse-mla after
@@ -46,8 +48,9 @@ if [[ ${#PATCHES[@]} == 0 ]]; then
   echo "usage: gpu_ab.sh OUT_DIR PATCH [PATCH...] [BENCH FLAGS...]"
   exit 2
 fi
-if [[ ${#PATCHES[@]} -gt 1 ]] && printf '%s\n' "${PATCHES[@]}" | grep -qx none; then
-  echo "gpu_ab: PATCH none (one binary, two environments) takes no other patch"; exit 2
+nones=$(printf '%s\n' "${PATCHES[@]}" | grep -cx none || true)
+if [[ $nones != 0 && $nones != "${#PATCHES[@]}" ]]; then
+  echo "gpu_ab: PATCH none (one binary, several environments) takes no real patch beside it"; exit 2
 fi
 BENCH_FLAGS=("$@")
 [[ ${#BENCH_FLAGS[@]} == 0 ]] && BENCH_FLAGS=(--suite all)
