@@ -1,7 +1,7 @@
 // Thread-block clusters and distributed shared memory (sm_90+): the rank of this CTA in its
 // cluster, the shared::cluster address of a variable in another CTA of the cluster, 16-B
 // st.async stores into it counted on its mbarrier (init, arrive.expect_tx, parity wait, a peer's
-// arrival and the wait that acquires it), and the cluster-wide barriers, fenced and relaxed
+// relaxed arrival), and the cluster-wide barriers, fenced and relaxed
 // (cuda-techniques.md §6). Code compiled for an older architecture traps: the host launches cluster
 // kernels only where the loaded code is sm_90+ (cudaFuncAttributes::ptxVersion >= 90).
 #pragma once
@@ -46,13 +46,16 @@ __device__ __forceinline__ void st_async_16(uint32_t cluster_addr, uint4 v, uint
 #endif
 }
 
-// One arrival on a peer CTA's mbarrier (shared::cluster address, map_shared_to_rank), released at
-// cluster scope: what this thread saw before it (its CTA's readers done with a buffer) happens
-// before the phase it completes, for a waiter that acquires at cluster scope.
+// One arrival on a peer CTA's mbarrier (shared::cluster address, map_shared_to_rank), relaxed: it
+// says "this warp has finished reading", and a read whose value an earlier instruction already
+// consumed (or that a wgmma wait saw complete) is done, so nothing needs publishing. The
+// .release.cluster form compiles to MEMBAR.ALL.GPU + ERRBAR before the arrival, which held 10 % of
+// the block-schedule decode's consumer samples (ncu, benchmarks/results/
+// sm90a-decode-block-schedule-h100-2026-12-07/).
 __device__ __forceinline__ void mbarrier_arrive_remote(uint32_t cluster_barrier) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile(
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_barrier)
+      "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_barrier)
       : "memory");
 #elif defined(__CUDA_ARCH__)
   __trap();
@@ -90,25 +93,6 @@ __device__ __forceinline__ void mbarrier_wait_parity(uint32_t barrier, uint32_t 
       ".reg .pred done;\n"
       "wait_%=:\n"
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, 0x989680;\n"
-      "@!done bra wait_%=;\n"
-      "}\n" ::"r"(barrier),
-      "r"(parity)
-      : "memory");
-#elif defined(__CUDA_ARCH__)
-  __trap();
-#endif
-}
-
-// mbarrier_wait_parity for a barrier that a peer CTA arrives on (mbarrier_arrive_remote): the wait
-// acquires at cluster scope, so the peer's accesses before its arrival happen before this
-// thread's after the wait.
-__device__ __forceinline__ void mbarrier_wait_parity_cluster(uint32_t barrier, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "wait_%=:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1, 0x989680;\n"
       "@!done bra wait_%=;\n"
       "}\n" ::"r"(barrier),
       "r"(parity)

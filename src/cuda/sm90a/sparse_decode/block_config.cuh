@@ -30,15 +30,18 @@ inline constexpr int kThreads = 384;
 inline constexpr int kProducerThreads = 128;
 inline constexpr int kConsumerThreads = 256;
 // Register caps after setmaxnreg (sum <= 3 x 168 = 504, seesaw/config.cuh; .dec may not raise a
-// warpgroup above the launch's 168). The scorer holds 128 fp32 of O, 32 of S and 16 of P while
-// its products and the next scores are in flight (at 200 ptxas serialises the wgmmas); the
-// products warpgroup its 128 of O (at 152 likewise); the producer two rows of its share in
-// registers (2 x (4 units + tail + scales) x 16 B). ptxas (nvcc 13.0): 168 registers at entry,
-// no serialised wgmma, 276-348 B of spills (the part's and the piece's scalars kept across the
-// role split).
-inline constexpr int kScorerRegs = 232;
-inline constexpr int kProductRegs = 168;
-inline constexpr int kProducerRegs = 104;
+// warpgroup above the launch's 168). The scorer holds 128 fp32 of O, 32 of S and 16 of P while its
+// products and the next scores are in flight (at 200 ptxas serialises its wgmmas); the products
+// warpgroup its 128 of O (at 152 likewise); the producer two rows of its share in registers
+// (2 x (4 units + tail + scales) x 16 B). At 104 producer registers ptxas spilled a loaded unit
+// right after its load, and the spill store waited for the load, so each round's loads ran one
+// after the other (ncu, benchmarks/results/sm90a-decode-block-schedule-h100-2026-12-07/); at 136
+// the paired block loop has no local memory. ptxas (nvcc 13.0): 168 registers at entry, no
+// serialised wgmma, 264-408 B of spills, the part's and the piece's scalars kept across the role
+// split.
+inline constexpr int kScorerRegs = 208;
+inline constexpr int kProductRegs = 160;
+inline constexpr int kProducerRegs = 136;
 static_assert(kScorerRegs + kProductRegs + kProducerRegs <= 3 * sm90a::kEntryRegs,
               "setmaxnreg.inc would wait forever for registers no warpgroup released");
 

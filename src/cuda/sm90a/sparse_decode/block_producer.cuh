@@ -6,6 +6,7 @@
 // (r 0-3; paired, CTA rank k only r = 2 k, 2 k + 1: rows 32 k .. 32 k + 31) and per row the e4m3
 // units c + 8 k (16 values each; v4_fp8's 28 units leave k = 3 to c < 4), tail chunk c and the
 // row's scales: eight threads read 128 contiguous bytes of a row per load. Per block:
+//   0. the L2 prefetch of block + 2's rows (one thread per row of the CTA's share);
 //   1. its rows' units, tail chunks and scales into registers (ld.global.nc; an invalid slot
 //      loads nothing and holds zeros), then the next block's list entries;
 //   2. the wait until both CTAs' consumers freed the buffer (its empty barrier), under which the
@@ -129,7 +130,7 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
   constexpr int kDqk = Traits::kDqk;
   // Rows g + 16 r, r in [first_r, first_r + 2 kRounds): paired one round of two rows (the CTA's
   // half of the block), else two. A round's loads are in flight together; unpaired, the second
-  // round's are issued after the first round's stores (the producer's 104 registers hold two
+  // round's are issued after the first round's stores (the producer's 136 registers hold two
   // rows' 48 registers of data, not four).
   constexpr int kRounds = kPaired ? 1 : 2;
   const detail::DecodeParams& p = launch.p;
@@ -156,9 +157,21 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
       return q + (*valid ? head : 0) * p.q_stride_h * 2;
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
+    // The L2 prefetch two blocks ahead: one thread per row of the CTA's share (rows
+    // 32 rank + t paired, t unpaired) loads the row's list entry of block i + 2 during block
+    // i - 1 and prefetches its whole data row (and v4_fp8's scale row) during block i, so that
+    // block i + 2's register loads find L2, not HBM. A piece's first two blocks are not
+    // prefetched.
+    const bool prefetcher = t < kRounds * 32;
+    const int ahead_row = kPaired ? static_cast<int>(32 * rank) + t : t;
+    int32_t ahead = prefetcher ? sm90a_decode::list_entry(w, w.begin + 2, ahead_row) : -1;
     for (int i = 0; i < num_blocks; ++i, ++block_count) {
       const int b = static_cast<int>(block_count & 1);
       const uint32_t use = block_count >> 1;
+      if (prefetcher) {
+        sm90a_decode::prefetch_slot<Traits>(p, div, w, w.begin + i + 2, ahead);
+        ahead = sm90a_decode::list_entry(w, w.begin + i + 3, ahead_row);
+      }
       const ChunkSink<kPaired> sink{sm.kv[b], peer_kv + b * kTileBytes<kDqk>, peer_full + 8 * b};
       bool valid[4];
       BlockRows next_rows = rows;
@@ -178,13 +191,10 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
         }
         if (round == 0) {
           if (i + 1 < num_blocks) next_rows = sm90a_decode::block_rows(w, at, w.begin + i + 1);
-          if (use > 0) {
-            if constexpr (kPaired) {
-              ptx::mbarrier_wait_parity_cluster(smem_u32(&sm.empty[b]), (use - 1) & 1);
-            } else {
-              ptx::mbarrier_wait_parity(smem_u32(&sm.empty[b]), (use - 1) & 1);
-            }
-          }
+          // Paired, the peer's consumers arrive here too (relaxed: they only say they are done
+          // reading), so a CTA-scope wait is enough; a cluster-scope acquire would add an L1
+          // invalidation (CCTL.IVALL) per block.
+          if (use > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.empty[b]), (use - 1) & 1);
         }
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
