@@ -12,10 +12,6 @@
 //                                         wherever it can, 0 never; unset, where its launch has
 //                                         enough work (sm90a_decode_by_default,
 //                                         decode_launch_policy.h; kernel_tables.cpp)
-//   SMLA_DECODE_SM90A_BLOCK_SCHEDULE 0 | 1  the Hopper decode's FP8 caches through the block
-//                                         schedule (a dequantising producer, whole-block scores,
-//                                         2-CTA crossover at 65..128 heads; default 0: the
-//                                         seesaw; sm90a/sparse_decode/launch.cuh)
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads
 //                                         (decode_launch_policy.cpp)
 //   SMLA_DECODE_WARP_SPECIALIZED 0 | 1    producer warps in the 16-row FP8 decode tile
@@ -44,7 +40,6 @@ struct CudaKnobs {
   detail::EnvKnob prefill_sm90a_ctas;
   detail::EnvKnob decode_block_keys;
   detail::EnvKnob decode_sm90a;
-  detail::EnvKnob decode_sm90a_block_schedule;
   detail::EnvKnob decode_pair_head_groups;
   detail::EnvKnob decode_warp_specialized;
   detail::EnvKnob combine_column_slices;

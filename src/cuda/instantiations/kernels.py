@@ -230,7 +230,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "sm90a_sparse_decode": Family(
         has_format=True,
-        kernel_header=lambda k: "cuda/sm90a/sparse_decode/launch.cuh",
+        kernel_header=lambda k: "cuda/sm90a/sparse_decode/kernel.cuh",
         namespace="sparse_mla::cuda::sm90a_decode",
         instantiations=lambda k: [
             f"template int sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>();",
@@ -241,12 +241,7 @@ FAMILIES: dict[str, Family] = {
             f"Hopper (sm_90a) sparse decode, {k.format} cache, d_qk {k.d_qk}: 64 head rows per "
             "CTA, 64-key blocks, a producer warpgroup that copies the cache's rows and wgmma "
             "consumers"
-            + (
-                " that dequantise them in place (SMLA_DECODE_SM90A_BLOCK_SCHEDULE=1: the block "
-                "schedule, a producer that dequantises)."
-                if k.format != "bf16"
-                else "."
-            )
+            + (" that dequantise them in place." if k.format != "bf16" else ".")
         ),
         launch_header="cuda/sm90a/sparse_decode/launch.h",
         registry="kSm90aDecodeEntries",

@@ -1,9 +1,9 @@
 // Thread-block clusters and distributed shared memory (sm_90+): the rank of this CTA in its
 // cluster, the shared::cluster address of a variable in another CTA of the cluster, 16-B
-// st.async stores into it counted on its mbarrier (init, arrive.expect_tx, parity wait, a peer's
-// relaxed arrival), and the cluster-wide barriers, fenced and relaxed
-// (cuda-techniques.md §6). Code compiled for an older architecture traps: the host launches cluster
-// kernels only where the loaded code is sm_90+ (cudaFuncAttributes::ptxVersion >= 90).
+// st.async stores into it counted on its mbarrier (init, arrive.expect_tx, parity wait), and the
+// cluster-wide barriers, fenced and relaxed (cuda-techniques.md §6). Code compiled for an older
+// architecture traps: the host launches cluster kernels only where the loaded code is sm_90+
+// (cudaFuncAttributes::ptxVersion >= 90).
 #pragma once
 
 #include <cstdint>
@@ -40,22 +40,6 @@ __device__ __forceinline__ void st_async_16(uint32_t cluster_addr, uint4 v, uint
       "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n"
       :
       : "r"(cluster_addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(peer_barrier)
-      : "memory");
-#elif defined(__CUDA_ARCH__)
-  __trap();
-#endif
-}
-
-// One arrival on a peer CTA's mbarrier (shared::cluster address, map_shared_to_rank), relaxed: it
-// says "this warp has finished reading", and a read whose value an earlier instruction already
-// consumed (or that a wgmma wait saw complete) is done, so nothing needs publishing. The
-// .release.cluster form compiles to MEMBAR.ALL.GPU + ERRBAR before the arrival, which held 10 % of
-// the block-schedule decode's consumer samples (ncu, benchmarks/results/
-// sm90a-decode-block-schedule-h100-2026-12-07/).
-__device__ __forceinline__ void mbarrier_arrive_remote(uint32_t cluster_barrier) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "mbarrier.arrive.relaxed.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(cluster_barrier)
       : "memory");
 #elif defined(__CUDA_ARCH__)
   __trap();

@@ -30,7 +30,6 @@
 #include "cuda/portable/sparse_decode/raw_rows.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
-#include "cuda/runtime/pair_launch.h"
 #include "planning/decode_schedule_builder.h"
 
 namespace sparse_mla::cuda::portable_decode {
@@ -198,6 +197,23 @@ int decode_ctas_per_sm() {
   return resident_ctas_per_sm(portable_sparse_decode_kernel<Shape, KvTraits<kFormat, kDqk>>,
                               Shape::kThreads,
                               decode_smem_bytes<kFormat, kDqk, kRows, kBlockKeys>());
+}
+
+// The launch configuration of a paired launch: grid (num_parts, 2), clusters of (1, 2, 1).
+inline cudaLaunchConfig_t pair_launch_config(int num_parts, int threads, int smem,
+                                             cudaStream_t stream, cudaLaunchAttribute* cluster) {
+  cluster->id = cudaLaunchAttributeClusterDimension;
+  cluster->val.clusterDim.x = 1;
+  cluster->val.clusterDim.y = 2;
+  cluster->val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(num_parts), 2);
+  config.blockDim = dim3(static_cast<unsigned>(threads));
+  config.dynamicSmemBytes = static_cast<size_t>(smem);
+  config.stream = stream;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  return config;
 }
 
 template <KvCacheFormat kFormat, int kDqk, int kRows, int kBlockKeys>

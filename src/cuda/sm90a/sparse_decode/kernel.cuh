@@ -509,15 +509,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// The seesaw decode's launch: grid (parts, head groups), one CTA of kThreads per SM.
 template <KvCacheFormat kFormat, int kDqk>
-inline constexpr int kSeesawDecodeSmemBytes = static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
+int sm90a_decode_smem_bytes() {
+  return static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
+}
 
 template <KvCacheFormat kFormat, int kDqk>
-Status launch_seesaw_decode(const DecodeLaunch& launch, cudaStream_t stream) {
+Status launch_sm90a_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   using Traits = KvTraits<kFormat, kDqk>;
   const int head_groups = static_cast<int>((launch.p.problem.h_q + kHeadRows - 1) / kHeadRows);
-  constexpr int smem = kSeesawDecodeSmemBytes<kFormat, kDqk>;
+  const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_decode_kernel<Traits>, smem));
   const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
   sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);
