@@ -1,7 +1,8 @@
-// Split-KV combine kernel and its launcher. kColumnSlices (1 or 4) warps per (query, head), each
-// over kDv / kColumnSlices output columns: every warp merges the query's log2-domain partial LSEs,
-// the first writes the natural-log LSE (sink excluded, SPEC §2), and each sums its columns of the
-// normalised partial outputs weighted by exp2(lse_i - lse), scaled once by the sink factor.
+// Split-KV combine kernel and its launcher. kColumnSlices (1 or 4) column slices per (query, head),
+// each summed by kPieceGroups (1 or 8) warps that share the query's pieces: every warp merges the
+// query's log2-domain partial LSEs, the first writes the natural-log LSE (sink excluded, SPEC §2),
+// and each sums its columns of the normalised partial outputs weighted by exp2(lse_i - lse), scaled
+// once by the sink factor.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -19,34 +20,43 @@
 namespace sparse_mla::cuda {
 namespace {
 
-constexpr int kDv = 512;       // SPEC: d_v is 512 for every model
-constexpr int kThreads = 256;  // 8 warps
+constexpr int kDv = 512;  // SPEC: d_v is 512 for every model
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
 
-// How a CTA's 8 warps cover (query, head, columns).
-//   kColumnSlices 1: one warp per head over all 512 columns (a lane: 4 float4 per piece), 8 heads
-//     per CTA: h_q = 8..128 fills 1..16 CTAs per query. 126 registers.
-//   kColumnSlices 4: 4 warps per head, 128 columns each (a lane: one float4 per piece), 2 heads
-//     per CTA: 4x the CTAs, for calls whose 1-slice grid leaves most SMs idle (V4 b=1 with 16
-//     heads: 2 CTAs, each warp walking ~20 pieces of 2 KB rows). The 4 warps of a head repeat the
-//     LSE reductions (4 B per piece). 64 registers. Measured on the H200 for every call
-//     (benchmarks/results/exp-combine-column-slices-2026-11-30/): 0.91-0.99x where the 1-slice
+// How the warps of a query's CTAs cover (head, columns, pieces). Warp w of CTA (query, y) is the
+// query's warp g = y * kWarps + w, which sums pieces group g % kPieceGroups of column slice
+// (g / kPieceGroups) % kColumnSlices of head g / (kColumnSlices * kPieceGroups).
+//   <1, 1>: one warp per head over all 512 columns (a lane: 4 float4 per piece), 8 heads per CTA:
+//     h_q = 8..128 fills 1..16 CTAs per query. 126 registers.
+//   <4, 1>: 4 warps per head, 128 columns each (a lane: one float4 per piece), 2 heads per CTA:
+//     4x the CTAs, for calls whose <1, 1> grid leaves most SMs idle (V4 b=1 with 16 heads: 2 CTAs,
+//     each warp walking ~20 pieces of 2 KB rows). The 4 warps of a head repeat the LSE reductions
+//     (4 B per piece). 64 registers. Measured on the H200 for every call
+//     (benchmarks/results/exp-combine-column-slices-2026-11-30/): 0.91-0.99x where the <1, 1>
 //     grid has <= 64 CTAs, 1.01-1.05x from 96 CTAs up; hence column_slices_for() below.
+//   <4, 8>: a CTA per (head, column slice) whose 8 warps take every 8th chunk of the pieces and
+//     add their sums in warp order through shared memory: a query of 64 pieces (V3.2 at 16 heads
+//     and b = 1 splits its 64 blocks of 32 keys into one-block pieces) is one round of row loads
+//     per warp instead of eight in series.
 // kPiecesPerChunk: pieces whose partial rows a warp loads together, before it needs their weights.
 // The first chunk's loads are issued ahead of the LSE reductions, so a query's row reads and its
 // LSE reads are one DRAM round trip instead of two or three in series (16-row decode tiles split a
 // query into ~4 pieces at b = 64-128, ~20 at b = 1): 4 x 4 float4 registers per lane with one
 // slice, 8 x 1 with four.
-template <int kColumnSlicesValue>
+template <int kColumnSlicesValue, int kPieceGroupsValue>
 struct CombineTiling {
   static constexpr int kColumnSlices = kColumnSlicesValue;
+  static constexpr int kPieceGroups = kPieceGroupsValue;
   static constexpr int kColsPerWarp = kDv / kColumnSlices;
   static constexpr int kFloat4PerLane = kColsPerWarp / (32 * 4);
-  static constexpr int kHeadsPerCta = kThreads / 32 / kColumnSlices;
+  static constexpr int kWarpsPerHead = kColumnSlices * kPieceGroups;
   static constexpr int kPiecesPerChunk = kColumnSlices == 1 ? 4 : 8;
   static_assert(kColumnSlices == 1 || kColumnSlices == 4);
-  // The grid's y extent: CTAs per query, ceil(h_q / kHeadsPerCta).
-  static constexpr int64_t head_ctas(int64_t h_q) {
-    return (h_q + kHeadsPerCta - 1) / kHeadsPerCta;
+  static_assert(kPieceGroups == 1 || kPieceGroups == kWarps);
+  // The grid's y extent: CTAs per query.
+  static constexpr int64_t query_ctas(int64_t h_q) {
+    return (h_q * kWarpsPerHead + kWarps - 1) / kWarps;
   }
 };
 constexpr float kLog2e = 1.4426950408889634f;
@@ -100,12 +110,12 @@ __device__ void store_row(uint16_t* row, int col0, const float (&acc)[kFloat4Per
   }
 }
 
-// Grid (num_queries, ceil(h_q / kHeadsPerCta)); warp w of CTA (q, y) combines column slice
-// w % kColumnSlices of head y * kHeadsPerCta + w / kColumnSlices.
+// Grid (num_queries, Tiling::query_ctas(h_q)); the warps as CombineTiling says.
 template <class Tiling, bool kVectorStore>
 __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) {
   constexpr int kFloat4PerLane = Tiling::kFloat4PerLane;
   constexpr int kPiecesPerChunk = Tiling::kPiecesPerChunk;
+  constexpr int kPieceGroups = Tiling::kPieceGroups;
   // split_offsets is the planner's (or an earlier call's), complete before the split kernel
   // started, so it is read before the wait below; a query processed whole leaves at once.
   const int64_t query = blockIdx.x;
@@ -118,9 +128,20 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
   cudaGridDependencySynchronize();
 #endif
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int head = blockIdx.y * Tiling::kHeadsPerCta + warp / Tiling::kColumnSlices;
+  // The query's warp g = blockIdx.y * kWarps + warp, split as CombineTiling says; without piece
+  // groups a CTA holds kWarps / kColumnSlices whole heads, with them a CTA is one (head, slice)
+  // and its warps are the groups (so the exit below is all of a CTA or none of it).
+  int head, slice, group;
+  if constexpr (kPieceGroups == 1) {
+    head = blockIdx.y * (kWarps / Tiling::kColumnSlices) + warp / Tiling::kColumnSlices;
+    slice = warp % Tiling::kColumnSlices;
+    group = 0;
+  } else {
+    head = blockIdx.y / Tiling::kColumnSlices;
+    slice = blockIdx.y % Tiling::kColumnSlices;
+    group = warp;
+  }
   if (head >= a.h_q) return;
-  const int slice = warp % Tiling::kColumnSlices;
   const int col0 = slice * Tiling::kColsPerWarp + lane * 4;
 
   const int64_t b_idx = query / a.s_q, s_idx = query % a.s_q;
@@ -144,16 +165,20 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
       }
     }
   };
+  // This warp's chunks: group, group + kPieceGroups, ... (in units of kPiecesPerChunk pieces).
+  constexpr int kStride = kPieceGroups * kPiecesPerChunk;
+  const int first_piece = group * kPiecesPerChunk;
   float4 rows[kPiecesPerChunk][kFloat4PerLane];
-  load_chunk(0, rows);  // independent of the LSEs: in flight during the reductions below
+  load_chunk(first_piece, rows);  // independent of the LSEs: in flight during the reductions below
 
   float max_lse = -INFINITY;
   for (int i = lane; i < num_splits; i += 32) max_lse = fmaxf(max_lse, lse_of_split[i * a.h_q]);
   max_lse = warp_max(max_lse);
   float acc[kFloat4PerLane][4] = {};
+  // max_lse is the query's and head's, the same in every warp of a CTA with piece groups.
   if (max_lse == -INFINITY) {  // no valid slot in any piece: out 0, lse +inf, sink ignored
-    store_row<kVectorStore>(out_row, col0, acc);
-    if (lane == 0 && slice == 0) *lse_out = INFINITY;
+    if (group == 0) store_row<kVectorStore>(out_row, col0, acc);
+    if (lane == 0 && slice == 0 && group == 0) *lse_out = INFINITY;
     return;
   }
   float sum = 0.0f;
@@ -168,8 +193,9 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
         1.0f / (1.0f + exp2f(a.attn_sink[head * a.attn_sink_stride] * kLog2e - global_lse));
   }
 
-  // Pieces in order (the sum's rounding does not depend on the chunking).
-  for (int first = 0;;) {
+  // This warp's pieces in order; with piece groups the groups' sums are then added in group
+  // order (the sum's rounding depends on the tiling, not on the data or the launch).
+  for (int first = first_piece;;) {  // a chunk past the last piece adds nothing
 #pragma unroll
     for (int j = 0; j < kPiecesPerChunk; ++j) {
       const int i = first + j;
@@ -185,15 +211,30 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
         acc[k][3] += weight * rows[j][k].w;
       }
     }
-    first += kPiecesPerChunk;
+    first += kStride;
     if (first >= num_splits) break;
     load_chunk(first, rows);
+  }
+  if constexpr (kPieceGroups > 1) {
+    static_assert(kFloat4PerLane == 1 && kPieceGroups == kWarps);
+    __shared__ float4 group_sums[kWarps][32];
+    group_sums[warp][lane] = make_float4(acc[0][0], acc[0][1], acc[0][2], acc[0][3]);
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int g = 1; g < kWarps; ++g) {
+      const float4 v = group_sums[g][lane];
+      acc[0][0] += v.x;
+      acc[0][1] += v.y;
+      acc[0][2] += v.z;
+      acc[0][3] += v.w;
+    }
   }
   store_row<kVectorStore>(out_row, col0, acc);
   if (lane == 0 && slice == 0) *lse_out = global_lse * kLn2;
 }
 
-// Four column slices when the one-slice grid has at most kSmallGridCtas CTAs. On the H200 (132
+// Four column slices when the <1, 1> grid has at most kSmallGridCtas CTAs. On the H200 (132
 // SMs) slices measured 0.91-0.99x at <= 64 one-slice CTAs (V4 b=1 and b=12 up to 32 heads,
 // b=2 s_q=2 at 64 and 128 heads) and 1.01-1.05x from 96 up (exp-combine-column-slices-2026-11-30).
 // SMLA_COMBINE_COLUMN_SLICES=1 or 4 forces the choice (tests run both; A/B runs).
@@ -201,8 +242,21 @@ constexpr int64_t kSmallGridCtas = 64;
 
 int column_slices_for(int64_t num_queries, int64_t h_q) {
   if (const std::optional<int> forced = cuda_knobs().combine_column_slices.value) return *forced;
-  const int64_t one_slice_ctas = num_queries * CombineTiling<1>::head_ctas(h_q);
+  const int64_t one_slice_ctas = num_queries * CombineTiling<1, 1>::query_ctas(h_q);
   return one_slice_ctas <= kSmallGridCtas ? 4 : 1;
+}
+
+// Eight piece groups on top of four column slices where a query averages more than two chunks of
+// pieces per warp: with `num_parts` parts over `num_queries` queries a query has about
+// num_parts / num_queries + 1 pieces, whose rows a <4, 1> warp loads one chunk of 8 after the
+// other, each chunk a DRAM round trip. SMLA_COMBINE_PIECE_GROUPS=1 or 8 forces the choice (8 with
+// four column slices, whatever SMLA_COMBINE_COLUMN_SLICES says).
+constexpr int64_t kPieceGroupChunks = 2;
+
+int piece_groups_for(int64_t num_queries, int64_t num_parts, int column_slices) {
+  if (const std::optional<int> forced = cuda_knobs().combine_piece_groups.value) return *forced;
+  constexpr int64_t kChunk = CombineTiling<4, 1>::kPiecesPerChunk;
+  return column_slices == 4 && num_parts >= kPieceGroupChunks * kChunk * num_queries ? kWarps : 1;
 }
 
 // Programmatic dependent launch: the combine's launch overlaps the split kernel's tail instead of
@@ -222,7 +276,7 @@ Status launch_combine_grid(const CombineArgs& args, bool vector_store, int64_t n
   attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config = {};
   config.gridDim =
-      dim3(static_cast<unsigned>(num_queries), static_cast<unsigned>(Tiling::head_ctas(args.h_q)));
+      dim3(static_cast<unsigned>(num_queries), static_cast<unsigned>(Tiling::query_ctas(args.h_q)));
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = 0;
   config.stream = stream;
@@ -269,9 +323,13 @@ Status launch_split_combine(const detail::DecodeParams& p, int num_parts, const 
   const bool vector_store = reinterpret_cast<uintptr_t>(p.out) % 8 == 0 &&
                             p.out_stride_b % 4 == 0 && p.out_stride_s % 4 == 0 &&
                             p.out_stride_h % 4 == 0;
-  return column_slices_for(num_queries, p.problem.h_q) == 4
-             ? launch_combine_grid<CombineTiling<4>>(args, vector_store, num_queries, stream)
-             : launch_combine_grid<CombineTiling<1>>(args, vector_store, num_queries, stream);
+  const int slices = column_slices_for(num_queries, p.problem.h_q);
+  if (piece_groups_for(num_queries, num_parts, slices) == kWarps) {
+    return launch_combine_grid<CombineTiling<4, kWarps>>(args, vector_store, num_queries, stream);
+  }
+  return slices == 4
+             ? launch_combine_grid<CombineTiling<4, 1>>(args, vector_store, num_queries, stream)
+             : launch_combine_grid<CombineTiling<1, 1>>(args, vector_store, num_queries, stream);
 }
 
 }  // namespace sparse_mla::cuda
