@@ -36,7 +36,6 @@
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/ptx/barrier.cuh"
 #include "cuda/device/ptx/cp_async.cuh"
-#include "cuda/device/ptx/grid_dependency.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
@@ -279,11 +278,6 @@ __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
   auto& sm = *reinterpret_cast<Smem*>(smem_bytes);
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const int thread = threadIdx.x;
-  // The combine (a programmatic dependent launch, combine/split_combine.cu) may be launched now,
-  // as the Hopper decode lets it (sm90a/sparse_decode/kernel.cuh): its launch then overlaps this
-  // grid instead of following its end, and it waits for this grid's results itself. Only for a
-  // grid of one wave (the launch shape's working parts); a no-op below sm_90.
-  if (gridDim.x * gridDim.y <= ptx::sm_count()) ptx::launch_dependents();
   if (thread < WarpRoles::kConsumerThreads) {
     consume<Shape>(launch, part, static_cast<int>(blockIdx.y) * Shape::kRows, thread, sm);
   } else {
