@@ -249,8 +249,10 @@ int column_slices_for(int64_t num_queries, int64_t h_q) {
 // Eight piece groups on top of four column slices where a query averages more than two chunks of
 // pieces per warp: with `num_parts` parts over `num_queries` queries a query has about
 // num_parts / num_queries + 1 pieces, whose rows a <4, 1> warp loads one chunk of 8 after the
-// other, each chunk a DRAM round trip. SMLA_COMBINE_PIECE_GROUPS=1 or 8 forces the choice (8 with
-// four column slices, whatever SMLA_COMBINE_COLUMN_SLICES says).
+// other, each chunk a DRAM round trip. On an H100 the groups took V3.2 h16 b=1 (64 one-block
+// pieces) from 19.9 to 13.8 us and V4 b=1 at 8 / 16 / 32 / 64 heads to 0.89 / 0.90 / 0.98 / 1.00x
+// (benchmarks/results/combine-piece-groups-h100-2026-12-07/). SMLA_COMBINE_PIECE_GROUPS=1 or 8
+// forces the choice (8 with four column slices, whatever SMLA_COMBINE_COLUMN_SLICES says).
 constexpr int64_t kPieceGroupChunks = 2;
 
 int piece_groups_for(int64_t num_queries, int64_t num_parts, int column_slices) {
