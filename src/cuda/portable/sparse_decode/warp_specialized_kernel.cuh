@@ -36,6 +36,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstdlib>
 
 #include "cuda/combine/combine_rows.cuh"
 #include "cuda/device/grid_barrier.cuh"
@@ -375,7 +376,8 @@ Status launch_warp_specialized_decode(const DecodeLaunch& launch, cudaStream_t s
   config.dynamicSmemBytes = static_cast<size_t>(smem);
   config.stream = stream;
   config.attrs = &cooperative;
-  config.numAttrs = launch.grid_sync != nullptr ? 1 : 0;
+  static const bool no_cooperative = std::getenv("SMLA_EXP_NO_COOPERATIVE") != nullptr;
+  config.numAttrs = launch.grid_sync != nullptr && !no_cooperative ? 1 : 0;
   SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, launch));
   return check_last_launch("warp_specialized_decode_kernel");
 }
