@@ -208,8 +208,6 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
   if (!tiles.tile(tile).warp_specialized ||
       static_cast<int64_t>(shape->working_parts) * shape->head_groups <=
           static_cast<int64_t>(limits.sm_count) * shape->ctas_per_sm) {
-    shape->merge_in_kernel =
-        decode_merge_in_kernel(problem, limits, tiles.tile(tile), knobs, *shape);
     return {};
   }
   // The kernel table builds every warp-specialised tile with its split-kernel twin
@@ -220,25 +218,6 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
                        " has no split-kernel twin in this build");
   }
   return decode_launch_shape(problem, limits, tiles, knobs, *split, shape);
-}
-
-// The merge inside the kernel replaces the combine's launch, its wait for the split grid's end
-// and its own CTAs with a grid barrier and the same merge spread over the split grid
-// (portable_sparse_decode.md, "Merge inside the split kernel"); it needs every CTA resident at
-// once. By default only where the combine would run eight piece-group warps per (query, head,
-// column slice), the calls whose combine is one round of loads per warp over many pieces (V3.2
-// and V4 at b <= 8 with 16 heads): there the combine's own launch and wait are most of its time.
-constexpr int64_t kMergeInKernelPartsPerQuery = 16;
-
-bool decode_merge_in_kernel(const SparseDecodeProblem& problem, const DeviceLimits& limits,
-                            const DecodeTile& tile, const DecodeKnobs& knobs,
-                            const DecodeLaunchShape& shape) {
-  if (!tile.warp_specialized || shape.clusters > 0) return false;
-  if (tile.format != KvCacheFormat::kV32Fp8 && tile.format != KvCacheFormat::kV4Fp8) return false;
-  const int64_t grid = static_cast<int64_t>(shape.num_parts) * shape.head_groups;
-  if (grid > static_cast<int64_t>(limits.sm_count) * shape.ctas_per_sm) return false;
-  if (knobs.merge_in_kernel) return *knobs.merge_in_kernel == 1;
-  return shape.num_parts >= kMergeInKernelPartsPerQuery * problem.b * problem.s_q;
 }
 
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
@@ -307,8 +286,7 @@ void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& li
                                            " resident 2-CTA clusters (the head groups share each "
                                            "block's gather and dequantisation)"
                                      : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
-                 " on " + std::to_string(limits.sm_count) + " SMs" +
-                 (shape.merge_in_kernel ? "; the kernel merges its partials (grid barrier)" : "");
+                 " on " + std::to_string(limits.sm_count) + " SMs";
 }
 
 }  // namespace sparse_mla::cuda

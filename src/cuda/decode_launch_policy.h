@@ -61,7 +61,6 @@ struct DecodeKnobs {
   std::optional<int> pair_head_groups;  // SMLA_DECODE_PAIR_HEAD_GROUPS: 0 | 1
   std::optional<int> warp_specialized;  // SMLA_DECODE_WARP_SPECIALIZED: 0 | 1
   std::optional<int> num_parts;         // SMLA_DECODE_NUM_PARTS: parts of an unpaired launch
-  std::optional<int> merge_in_kernel;   // SMLA_DECODE_MERGE_IN_KERNEL: 0 | 1
 };
 
 // Whether any tile of `format` at `d_qk` is in the set.
@@ -86,19 +85,7 @@ struct DecodeLaunchShape {
   int working_parts = 1;  // parts that hold blocks when every list is full
   int ctas_per_sm = 0;    // unpaired launches
   int clusters = 0;       // paired launches: resident 2-CTA clusters on the device; 0 = unpaired
-  // The warp-specialised FP8 kernel merges its own partial results after a grid barrier (a
-  // cooperative launch of one wave) and the combine kernel does not run: decode_merge_in_kernel.
-  bool merge_in_kernel = false;
 };
-
-// Whether a warp-specialised launch of `shape` merges its partials inside the kernel: its grid
-// (parts x head groups) is one wave of resident CTAs, and the queries are split finely enough
-// that the combine would give each (query, head, column slice) eight piece-group warps
-// (split_combine.cu: >= 16 parts per query), or SMLA_DECODE_MERGE_IN_KERNEL=1 (one wave only).
-// The FP8 formats' kernel only (V4.1's warp-specialised kernel has no merge).
-bool decode_merge_in_kernel(const SparseDecodeProblem& problem, const DeviceLimits& limits,
-                            const DecodeTile& tile, const DecodeKnobs& knobs,
-                            const DecodeLaunchShape& shape);
 
 // The launch of `problem` starting from choose_decode_tile's `tile`: a warp-specialised tile
 // whose working parts do not fit one wave runs its split-kernel twin instead. kUnsupported when

@@ -3,11 +3,6 @@
 // Every region starts on a 256-byte boundary so that any vector width and a TMA box may read it.
 //
 //   offset               content
-//   grid_sync_offset     [2]                      uint32: the grid barrier of a split kernel
-//                                                 that merges its own partial results (arrivals,
-//                                                 generation; zeroed by the planner, arrivals left
-//                                                 at 0 by every launch:
-//                                                 cuda/device/grid_barrier.cuh)
 //   parts_offset         [num_parts]              DecodePartSchedule
 //   split_offsets_offset [num_queries + 1]        int32
 //   partial_lse_offset   [max_partials, h_q]      fp32, log2 domain
@@ -23,12 +18,9 @@ namespace sparse_mla::planning {
 
 // 256 B: the CUDA allocation granule; also a multiple of every vector and TMA alignment.
 inline constexpr int64_t kWorkspaceAlignment = 256;
-// The grid barrier's words: arrivals and generation.
-inline constexpr int64_t kGridSyncWords = 2;
 
 struct DecodeWorkspaceLayout {
   int64_t max_partials = 0;
-  int64_t grid_sync_offset = 0;
   int64_t parts_offset = 0;
   int64_t split_offsets_offset = 0;
   int64_t partial_lse_offset = 0;
@@ -46,8 +38,6 @@ SMLA_HOST_DEVICE inline DecodeWorkspaceLayout decode_workspace_layout(int64_t nu
   DecodeWorkspaceLayout layout;
   layout.max_partials = max_partials(num_queries, num_parts);
   int64_t at = 0;
-  layout.grid_sync_offset = at;
-  at = align_workspace(at + kGridSyncWords * static_cast<int64_t>(sizeof(uint32_t)));
   layout.parts_offset = at;
   at = align_workspace(at + num_parts * static_cast<int64_t>(sizeof(DecodePartSchedule)));
   layout.split_offsets_offset = at;
@@ -62,7 +52,6 @@ SMLA_HOST_DEVICE inline DecodeWorkspaceLayout decode_workspace_layout(int64_t nu
 
 // Typed pointers into one workspace laid out by `layout`.
 struct DecodeWorkspace {
-  uint32_t* grid_sync;        // [kGridSyncWords]
   DecodePartSchedule* parts;  // [num_parts]
   int32_t* split_offsets;     // [num_queries + 1]
   float* partial_lse;         // [max_partials, h_q]
@@ -72,8 +61,7 @@ struct DecodeWorkspace {
 SMLA_HOST_DEVICE inline DecodeWorkspace carve_decode_workspace(
     void* base, const DecodeWorkspaceLayout& layout) {
   auto* bytes = static_cast<uint8_t*>(base);
-  return {reinterpret_cast<uint32_t*>(bytes + layout.grid_sync_offset),
-          reinterpret_cast<DecodePartSchedule*>(bytes + layout.parts_offset),
+  return {reinterpret_cast<DecodePartSchedule*>(bytes + layout.parts_offset),
           reinterpret_cast<int32_t*>(bytes + layout.split_offsets_offset),
           reinterpret_cast<float*>(bytes + layout.partial_lse_offset),
           reinterpret_cast<float*>(bytes + layout.partial_out_offset)};

@@ -350,46 +350,6 @@ TEST(DecodeLaunchPolicy, WarpSpecializedRunsInOneWave) {
   EXPECT_EQ(shape.min_units, split_count.min_units);
 }
 
-// The warp-specialised kernel merges its own partials (no combine launch) where its grid is one
-// wave and the queries have >= 16 parts each; SMLA_DECODE_MERGE_IN_KERNEL=1 wherever the grid is
-// one wave, =0 never; other kernels never.
-TEST(DecodeLaunchPolicy, MergeInKernel) {
-  const FakeTiles tiles = h200_tiles();
-  const DecodeKnobs force = knob(&DecodeKnobs::merge_in_kernel, 1);
-  const DecodeKnobs never = knob(&DecodeKnobs::merge_in_kernel, 0);
-  // b = 1..8 at 16 heads run the warp-specialised kernel; the part-count rule gives some of them
-  // more parts than SMs (overhead-only parts past the working ones), which never merge.
-  bool saw_more_than_one_wave = false;
-  for (int64_t b = 1; b <= 8; ++b) {
-    const SparseDecodeProblem p = problem(KvCacheFormat::kV4Fp8, b, 16);
-    const DecodeLaunchShape shape = launch(tiles, p);
-    ASSERT_TRUE(tiles.tile(shape.tile).warp_specialized) << "b " << b;
-    const bool one_wave = shape.num_parts * shape.head_groups <= kH200Sms;
-    saw_more_than_one_wave |= !one_wave;
-    EXPECT_EQ(shape.merge_in_kernel, one_wave && shape.num_parts >= 16 * b) << "b " << b;
-    EXPECT_EQ(launch(tiles, p, force).merge_in_kernel, one_wave) << "b " << b;
-    EXPECT_FALSE(launch(tiles, p, never).merge_in_kernel) << "b " << b;
-  }
-  EXPECT_TRUE(saw_more_than_one_wave) << "no b in 1..8 tests a grid of more than one wave";
-  // The V3.2 / V4 b = 1 rows merge: 132 parts, one wave.
-  DecodeLaunchShape shape = launch(tiles, problem(KvCacheFormat::kV4Fp8, 1, 16));
-  EXPECT_EQ(shape.num_parts, kH200Sms);
-  EXPECT_TRUE(shape.merge_in_kernel);
-  // b = 12: fewer than 16 parts per query, so the combine runs unless forced.
-  shape = launch(tiles, problem(KvCacheFormat::kV4Fp8, 12, 16));
-  ASSERT_TRUE(tiles.tile(shape.tile).warp_specialized);
-  EXPECT_LT(shape.num_parts, 16 * 12);
-  EXPECT_FALSE(shape.merge_in_kernel);
-  shape = launch(tiles, problem(KvCacheFormat::kV4Fp8, 12, 16), force);
-  EXPECT_EQ(shape.merge_in_kernel, shape.num_parts * shape.head_groups <= kH200Sms);
-  // The split kernel (warp specialisation off), a bf16 cache, more heads: never.
-  DecodeKnobs split_only = force;
-  split_only.warp_specialized = 0;
-  EXPECT_FALSE(launch(tiles, problem(KvCacheFormat::kV4Fp8, 1, 16), split_only).merge_in_kernel);
-  EXPECT_FALSE(launch(tiles, problem(KvCacheFormat::kBf16, 1, 16), force).merge_in_kernel);
-  EXPECT_FALSE(launch(tiles, problem(KvCacheFormat::kV4Fp8, 1, 64), force).merge_in_kernel);
-}
-
 TEST(DecodeLaunchPolicy, TileThatCannotBeResident) {
   const FakeTiles tiles({split(KvCacheFormat::kV4Fp8, 512, 64, 64, 70000, 0)});
   DecodeLaunchShape shape;

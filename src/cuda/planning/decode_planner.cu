@@ -30,7 +30,6 @@ struct PlannerArgs {
   int32_t num_parts;
   int64_t min_units;  // decode_schedule_builder.h's floor of units per part (0 = none)
   int32_t block_tokens;
-  uint32_t* grid_sync;        // [planning::kGridSyncWords]
   DecodePartSchedule* parts;  // [num_parts]
   int32_t* split_offsets;     // [num_queries + 1]
 };
@@ -78,8 +77,6 @@ __global__ void __launch_bounds__(kPlannerThreads) decode_planner_kernel(Planner
   for (int32_t p = threadIdx.x; p < a.num_parts; p += kPlannerThreads) {
     a.parts[p] = planning::empty_part();
   }
-  // The grid barrier of a split kernel that merges its own partials starts from zero arrivals.
-  if (threadIdx.x < planning::kGridSyncWords) a.grid_sync[threadIdx.x] = 0;
   int64_t cost = 0;
   for (int32_t q = threadIdx.x; q < a.num_queries; q += kPlannerThreads) {
     cost += planning::query_cost(blocks_of(a, q));
@@ -145,7 +142,6 @@ Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int64
   args.num_parts = num_parts;
   args.min_units = min_units;
   args.block_tokens = block_tokens;
-  args.grid_sync = ws.grid_sync;
   args.parts = ws.parts;
   args.split_offsets = ws.split_offsets;
   decode_planner_kernel<<<1, kPlannerThreads, 0, stream>>>(args);

@@ -33,10 +33,6 @@ struct DecodeLaunch {
   // where the launch policy pairs them (decode_launch_policy.cpp: 64-row tiles, 65..128 heads, a
   // quantized format on sm_90+: decode_pair_clusters > 0).
   bool pair_head_groups = false;
-  // Set: the kernel merges its own partial results after a grid barrier on these words of the
-  // workspace (the combine does not run), and the launch is cooperative. Only the warp-specialised
-  // kernel does, where the launch policy says so (DecodeLaunchShape::merge_in_kernel).
-  uint32_t* grid_sync = nullptr;
 };
 
 // The schedule's block (decode_schedule.h block_tokens) is the kernel's KV tile: kBlockKeys

@@ -11,10 +11,6 @@
 //                stages, waits for tile g to be free, dequantises into it (raw_rows.cuh: exact
 //                fp32 scale products, one rounding) and signals it full. The two groups convert
 //                two blocks at once.
-// Where the launch policy says so (decode_launch_policy.h decode_merge_in_kernel: one wave, >= 16
-// parts per query, e.g. V3.2 / V4 at b <= 8), the launch is cooperative and, once both roles are
-// done, the kernel merges the split queries' partial results itself after a grid barrier
-// (merge_own_partials below) instead of the combine kernel.
 // Hand-offs per tile g: full(g) = bar.arrive by group g's 128 threads + bar.sync by the 256
 // consumer threads; empty(g) = bar.arrive by the consumers after their P.V + bar.sync by group g
 // before it overwrites the tile (skipped for its first block). Each group drains the consumers'
@@ -36,10 +32,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 
-#include "cuda/combine/combine_rows.cuh"
-#include "cuda/device/grid_barrier.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/ptx/barrier.cuh"
 #include "cuda/device/ptx/cp_async.cuh"
@@ -67,8 +60,6 @@ struct WarpRoles {
   // Tile g is filled by group g: full(g) and empty(g).
   __device__ __forceinline__ static int full_barrier(int group) { return 6 + group; }
   __device__ __forceinline__ static int empty_barrier(int group) { return 8 + group; }
-  // The in-kernel merge's two workers (warps 0..7 and 8..15), once both roles are done.
-  __device__ __forceinline__ static int merge_barrier(int worker) { return 10 + worker; }
 };
 
 // The barrier over the consumers' 8 warps (RegisterQCore's Barrier).
@@ -279,49 +270,6 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
   }
 }
 
-// The merge inside the split kernel (launch.grid_sync set; a cooperative launch of one wave):
-// once every CTA has stored its pieces (the grid barrier), the split queries' (query, head,
-// column slice) merges of the combine kernel (combine_rows.cuh, four column slices, eight piece
-// groups) are spread over the grid, each CTA's warps 0..7 and 8..15 one worker each, worker
-// w = half * CTAs + CTA taking units w, w + 2 CTAs, ...: the first CTAs' first halves take a
-// small call's units, one per SM. Shared memory: the Q tile holds the two workers' group sums.
-template <class Smem>
-__device__ __forceinline__ void merge_own_partials(const DecodeLaunch& launch, Smem& sm) {
-  using Tiling = combine::CombineTiling<4, combine::kWarps>;
-  constexpr int kWorkerThreads = 32 * combine::kWarps;
-  static_assert(WarpRoles::kThreads == 2 * kWorkerThreads);
-  static_assert(sizeof(sm.q) >= 2 * combine::kWarps * 32 * sizeof(float4));
-  const uint32_t ctas = gridDim.x * gridDim.y;
-  grid_barrier_once(launch.grid_sync, ctas);
-  const combine::CombineArgs a =
-      combine::combine_args(launch.p, launch.split_offsets, launch.partial_lse, launch.partial_out);
-  const bool vector_store = combine::out_rows_take_vector_stores(launch.p);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int worker = warp / combine::kWarps, group = warp % combine::kWarps;
-  float4(*group_sums)[32] = reinterpret_cast<float4(*)[32]>(sm.q) + worker * combine::kWarps;
-  auto sync_worker = [worker] {
-    ptx::named_barrier_sync(WarpRoles::merge_barrier(worker), kWorkerThreads);
-  };
-  const int64_t units = launch.p.problem.b * launch.p.problem.s_q * a.h_q * Tiling::kColumnSlices;
-  const uint32_t cta = blockIdx.y * gridDim.x + blockIdx.x;
-  for (int64_t unit = worker * int64_t{ctas} + cta; unit < units; unit += 2 * int64_t{ctas}) {
-    const int64_t query = unit / (a.h_q * Tiling::kColumnSlices);
-    const int head = static_cast<int>(unit / Tiling::kColumnSlices % a.h_q);
-    const int slice = static_cast<int>(unit % Tiling::kColumnSlices);
-    const int32_t begin = a.split_offsets[query];
-    const int32_t num_splits = a.split_offsets[query + 1] - begin;
-    if (num_splits == 0) continue;  // processed whole: its piece stored out and lse
-    sync_worker();                  // the previous unit's group 0 has read group_sums
-    if (vector_store) {
-      combine::combine_head_slice<Tiling, true>(a, query, begin, num_splits, head, slice, group,
-                                                lane, group_sums, sync_worker);
-    } else {
-      combine::combine_head_slice<Tiling, false>(a, query, begin, num_splits, head, slice, group,
-                                                 lane, group_sums, sync_worker);
-    }
-  }
-}
-
 template <class Shape, class Traits, int kRawStages>
 __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
     warp_specialized_decode_kernel(const DecodeLaunch launch) {
@@ -337,8 +285,6 @@ __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
     produce<Shape, Traits>(launch, part, t / WarpRoles::kGroupThreads, t % WarpRoles::kGroupThreads,
                            sm);
   }
-  if (launch.grid_sync == nullptr) return;
-  merge_own_partials(launch, sm);
 }
 
 template <KvCacheFormat kFormat, int kDqk>
@@ -364,21 +310,9 @@ Status launch_warp_specialized_decode(const DecodeLaunch& launch, cudaStream_t s
                                                kWarpSpecializedRawStages>;
   const int smem = warp_specialized_decode_smem_bytes<kFormat, kDqk>();
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-  // A kernel that merges its own partials waits at a grid barrier: launched cooperatively, so
-  // that a grid that cannot be resident at once is refused instead of waiting forever.
-  cudaLaunchAttribute cooperative;
-  cooperative.id = cudaLaunchAttributeCooperative;
-  cooperative.val.cooperative = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(launch.num_parts),
-                        static_cast<unsigned>(decode_head_groups(launch.p.problem.h_q, 16)));
-  config.blockDim = dim3(WarpRoles::kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(smem);
-  config.stream = stream;
-  config.attrs = &cooperative;
-  static const bool no_cooperative = std::getenv("SMLA_EXP_NO_COOPERATIVE") != nullptr;
-  config.numAttrs = launch.grid_sync != nullptr && !no_cooperative ? 1 : 0;
-  SMLA_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, launch));
+  const dim3 grid(static_cast<unsigned>(launch.num_parts),
+                  static_cast<unsigned>(decode_head_groups(launch.p.problem.h_q, 16)));
+  kernel<<<grid, WarpRoles::kThreads, smem, stream>>>(launch);
   return check_last_launch("warp_specialized_decode_kernel");
 }
 
