@@ -131,11 +131,27 @@ spill_bytes=$(sed -n 's/.*Registers are spilled.*, \([0-9]*\) bytes spill stores
 row spills "$(grep -c 'Registers are spilled' "$OUT_DIR/build.log") kernels (bytes: ${spill_bytes:-none})" 0 build.log
 
 # ---- GPU tests --------------------------------------------------------------------------------
+# What each step keeps of the budget for the steps after it (measured on an H100,
+# benchmarks/results/gpu-check-h100-2026-12-07-f140421/: 400 random cases ~6 s, memcheck and
+# synccheck ~5 s each, racecheck ~40 s): the sanitizers SANITIZER_NEED, the benchmarks
+# BENCH_RESERVE (their run then takes what is left; none without them).
+read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck synccheck memcheck@sm90a-decode synccheck@sm90a-decode racecheck}"
+SANITIZER_NEED=$((15 * ${#SANITIZER_TOOLS[@]}))
+[[ " ${SANITIZER_TOOLS[*]} " == *" racecheck "* ]] && SANITIZER_NEED=$((SANITIZER_NEED + 30))
+BENCH_RESERVE=120
+[[ $BENCH_SUITES == none ]] && BENCH_RESERVE=0
 t0=$(date +%s)
-timeout "$(left 200)" ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 8 \
+tests_limit=$(left $((20 + SANITIZER_NEED + BENCH_RESERVE)))
+timeout "$tests_limit" ctest --test-dir "$BUILD" -L gpu --output-on-failure -j 8 \
   --timeout 300 >"$OUT_DIR/gpu_tests.log" 2>&1
 rc=$?
 summary=$(grep -E 'tests passed|No tests were found' "$OUT_DIR/gpu_tests.log" | tail -1)
+if [[ $rc == 124 ]]; then  # the budget ran out: say how far the suite got
+  summary="TIMED OUT after ${tests_limit} s (SMLA_GPU_CHECK_BUDGET_S): $(grep -c ' Passed' \
+    "$OUT_DIR/gpu_tests.log") passed, $(grep -cE '\*\*\*Failed|\*\*\*Timeout' \
+    "$OUT_DIR/gpu_tests.log") failed of $(grep -oE '[0-9]+/[0-9]+ Test' "$OUT_DIR/gpu_tests.log" |
+    tail -1 | cut -d/ -f2 | cut -d' ' -f1) before it"
+fi
 # On a GPU machine a GPU test that skipped for want of a device (SMLA_SKIP_WITHOUT_GPU's message)
 # is a failure; others skip by design (a case run for one layout only, a kernel not in this
 # build). The skipped tests (each once, from its run line: ctest lists them again at the end) are
@@ -169,8 +185,8 @@ if [[ $CHECK_CASES == 0 ]]; then
   row random "skipped (SMLA_CHECK_CASES=0)" 0 -
 else
   t0=$(date +%s)
-  timeout "$(left 150)" "$BUILD/sparse-mla" check --backend cuda --cases "$CHECK_CASES" \
-    --seed "$CHECK_SEED" >"$OUT_DIR/random_check.log" 2>&1
+  timeout "$(left $((SANITIZER_NEED + BENCH_RESERVE)))" "$BUILD/sparse-mla" check --backend cuda \
+    --cases "$CHECK_CASES" --seed "$CHECK_SEED" >"$OUT_DIR/random_check.log" 2>&1
   rc=$?
   [[ $rc != 0 ]] && FAILED=1
   summary=$(grep -E '^[0-9]+ cases on ' "$OUT_DIR/random_check.log" | tail -1)
@@ -182,7 +198,6 @@ t0=$(date +%s)
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 TESTS="$BUILD/tests/cpp/sparse_mla_gpu_tests"
 : >"$OUT_DIR/sanitizer.log"
-read -r -a SANITIZER_TOOLS <<<"${SMLA_SANITIZER_TOOLS:-memcheck synccheck memcheck@sm90a-decode synccheck@sm90a-decode racecheck}"
 for i in "${!SANITIZER_TOOLS[@]}"; do
   entry=${SANITIZER_TOOLS[$i]}
   tool=${entry%@*}
@@ -206,7 +221,8 @@ for i in "${!SANITIZER_TOOLS[@]}"; do
   echo "==== $tool ${tool_env[*]} --gtest_filter=$filter" >>"$OUT_DIR/sanitizer.log"
   # An equal share of what is left for each tool still to run (the quick ones first, racecheck,
   # the slowest, last with what they left).
-  timeout "$(($(left 120) / (${#SANITIZER_TOOLS[@]} - i)))" env "${tool_env[@]}" "$SAN" --tool "$tool" \
+  timeout "$(($(left "$BENCH_RESERVE") / (${#SANITIZER_TOOLS[@]} - i)))" \
+    env "${tool_env[@]}" "$SAN" --tool "$tool" \
     --error-exitcode 99 --print-limit 20 \
     "$TESTS" --gtest_filter="$filter" >>"$OUT_DIR/sanitizer.log" 2>&1
   rc=$?
