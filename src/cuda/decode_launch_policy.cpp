@@ -208,7 +208,6 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
   if (!tiles.tile(tile).warp_specialized ||
       static_cast<int64_t>(shape->working_parts) * shape->head_groups <=
           static_cast<int64_t>(limits.sm_count) * shape->ctas_per_sm) {
-    shape->merge_ctas = decode_merge_ctas(problem, limits, tiles.tile(tile), knobs, *shape);
     return {};
   }
   // The kernel table builds every warp-specialised tile with its split-kernel twin
@@ -219,36 +218,6 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
                        " has no split-kernel twin in this build");
   }
   return decode_launch_shape(problem, limits, tiles, knobs, *split, shape);
-}
-
-// The merge inside the kernel replaces the combine's launch and its wait for the split grid's
-// end: merge-only CTAs appended to the grid (indices past the parts) wait per query for its pieces
-// and merge them as they land (portable_sparse_decode.md, "Merge inside the split kernel"). The
-// parts wait on nothing and the merge CTAs only on parts, so the grid finishes in any dispatch
-// order while the merge CTAs are fewer than the CTAs the device holds at once: at most half of
-// them, so that the other half's slots always run parts. By default only where the
-// combine would run eight piece-group warps per (query, head, column slice), the calls whose
-// combine is one round of loads per warp over many pieces (V3.2 and V4 at b = 1 with 16 heads):
-// there the combine's own launch and wait are most of its time.
-constexpr int64_t kMergeInKernelPartsPerQuery = 16;
-constexpr int64_t kMergeUnitsPerCta = 2;  // two 8-warp workers, a (query, head, slice) each
-
-int decode_merge_ctas(const SparseDecodeProblem& problem, const DeviceLimits& limits,
-                      const DecodeTile& tile, const DecodeKnobs& knobs,
-                      const DecodeLaunchShape& shape) {
-  if (!tile.warp_specialized || shape.clusters > 0 || shape.head_groups != 1) return 0;
-  if (tile.format != KvCacheFormat::kV32Fp8 && tile.format != KvCacheFormat::kV4Fp8) return 0;
-  const int64_t queries = problem.b * problem.s_q;
-  const bool merge = knobs.merge_in_kernel
-                         ? *knobs.merge_in_kernel == 1
-                         : shape.num_parts >= kMergeInKernelPartsPerQuery * queries;
-  if (!merge) return 0;
-  const int64_t units = queries * problem.h_q * 4;  // (query, head, column slice)
-  const int64_t resident = int64_t{limits.sm_count} * std::max(1, shape.ctas_per_sm);
-  const int64_t cap = resident / 2;
-  if (cap < 1) return 0;
-  return static_cast<int>(
-      std::min<int64_t>((units + kMergeUnitsPerCta - 1) / kMergeUnitsPerCta, cap));
 }
 
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
@@ -304,24 +273,20 @@ void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& li
   plan->warp_specialized = tile.warp_specialized;
   plan->paired_head_groups = shape.clusters > 0;
   plan->min_units_per_part = shape.min_units;
-  plan->reason =
-      "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
-      std::to_string(shape.head_groups) + " head groups of " + std::to_string(tile.rows) +
-      " rows x " + std::to_string(tile.block_keys) + "-key blocks" +
-      (tile.warp_specialized ? " (8 producer warps)" : "") +
-      forced_keys_refused(tile.block_keys, limits, knobs) +
-      (shape.min_units > 0
-           ? " (parts of >= " + std::to_string(shape.min_units) + " units: sized for full lists)"
-           : "") +
-      " = " +
-      (shape.clusters > 0 ? std::to_string(shape.clusters) +
-                                " resident 2-CTA clusters (the head groups share each "
-                                "block's gather and dequantisation)"
-                          : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
-      " on " + std::to_string(limits.sm_count) + " SMs" +
-      (shape.merge_ctas > 0
-           ? "; " + std::to_string(shape.merge_ctas) + " merge CTAs merge the partials (no combine)"
-           : "");
+  plan->reason = "portable split-KV: " + std::to_string(shape.num_parts) + " parts x " +
+                 std::to_string(shape.head_groups) + " head groups of " +
+                 std::to_string(tile.rows) + " rows x " + std::to_string(tile.block_keys) +
+                 "-key blocks" + (tile.warp_specialized ? " (8 producer warps)" : "") +
+                 forced_keys_refused(tile.block_keys, limits, knobs) +
+                 (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
+                                            " units: sized for full lists)"
+                                      : "") +
+                 " = " +
+                 (shape.clusters > 0 ? std::to_string(shape.clusters) +
+                                           " resident 2-CTA clusters (the head groups share each "
+                                           "block's gather and dequantisation)"
+                                     : std::to_string(shape.ctas_per_sm) + " CTA(s) per SM") +
+                 " on " + std::to_string(limits.sm_count) + " SMs";
 }
 
 }  // namespace sparse_mla::cuda

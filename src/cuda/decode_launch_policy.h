@@ -61,7 +61,6 @@ struct DecodeKnobs {
   std::optional<int> pair_head_groups;  // SMLA_DECODE_PAIR_HEAD_GROUPS: 0 | 1
   std::optional<int> warp_specialized;  // SMLA_DECODE_WARP_SPECIALIZED: 0 | 1
   std::optional<int> num_parts;         // SMLA_DECODE_NUM_PARTS: parts of an unpaired launch
-  std::optional<int> merge_in_kernel;   // SMLA_DECODE_MERGE_IN_KERNEL: 0 | 1
 };
 
 // Whether any tile of `format` at `d_qk` is in the set.
@@ -86,22 +85,7 @@ struct DecodeLaunchShape {
   int working_parts = 1;  // parts that hold blocks when every list is full
   int ctas_per_sm = 0;    // unpaired launches
   int clusters = 0;       // paired launches: resident 2-CTA clusters on the device; 0 = unpaired
-  // > 0: the warp-specialised FP8 kernel's grid has this many merge-only CTAs after its parts,
-  // which merge the split queries' partials, and the combine kernel does not run
-  // (decode_merge_ctas).
-  int merge_ctas = 0;
 };
-
-// Merge-only CTAs for a warp-specialised launch of `shape` (0: the combine kernel merges): where
-// the queries are split finely enough that the combine would give each (query, head, column
-// slice) eight piece-group warps (split_combine.cu: >= 16 parts per query), or wherever
-// SMLA_DECODE_MERGE_IN_KERNEL=1, one CTA per two (query, head, column slice) units, at most half
-// the CTAs the device holds at once (the parts always find slots: no dispatch order assumed;
-// 0 where that is less than one). The FP8 formats' kernel with one head group only (V4.1's warp-specialised kernel has no
-// merge).
-int decode_merge_ctas(const SparseDecodeProblem& problem, const DeviceLimits& limits,
-                      const DecodeTile& tile, const DecodeKnobs& knobs,
-                      const DecodeLaunchShape& shape);
 
 // The launch of `problem` starting from choose_decode_tile's `tile`: a warp-specialised tile
 // whose working parts do not fit one wave runs its split-kernel twin instead. kUnsupported when

@@ -204,8 +204,7 @@ const cuda::DecodeKnobs& decode_knobs() {
   static const cuda::DecodeKnobs knobs = [] {
     const cuda::CudaKnobs& k = cuda::cuda_knobs();
     return cuda::DecodeKnobs{k.decode_block_keys.value, k.decode_pair_head_groups.value,
-                             k.decode_warp_specialized.value, k.decode_num_parts.value,
-                             k.decode_merge_in_kernel.value};
+                             k.decode_warp_specialized.value, k.decode_num_parts.value};
   }();
   return knobs;
 }
@@ -372,13 +371,6 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
   launch.partial_lse = ws.partial_lse;
   launch.partial_out = ws.partial_out;
   launch.pair_head_groups = shape.clusters > 0;
-  // The plan's part count is the shape's unless the part-count knob changed in between: merge
-  // CTAs only with the parts the policy saw.
-  if (shape.merge_ctas > 0 && shape.num_parts == num_parts) {
-    launch.merge_ctas = shape.merge_ctas;
-    launch.merge_counters = ws.merge_counters;
-    return launch_kernel(launch, stream);
-  }
   SMLA_RETURN_IF_ERROR(launch_kernel(launch, stream));
   return cuda::launch_split_combine(params, num_parts, workspace, stream);
 }

@@ -15,14 +15,13 @@ const CudaKnobs& cuda_knobs() {
     k.decode_warp_specialized = read_env_knob("SMLA_DECODE_WARP_SPECIALIZED", {0, 1});
     k.combine_column_slices = read_env_knob("SMLA_COMBINE_COLUMN_SLICES", {1, 4});
     k.combine_piece_groups = read_env_knob("SMLA_COMBINE_PIECE_GROUPS", {1, 8});
-    k.decode_merge_in_kernel = read_env_knob("SMLA_DECODE_MERGE_IN_KERNEL", {0, 1});
     k.decode_num_parts = detail::read_env_knob_in_range("SMLA_DECODE_NUM_PARTS", 1, 1 << 20);
     k.device_smem_optin = detail::read_env_knob_in_range("SMLA_DEVICE_SMEM_OPTIN", 1, 1 << 30);
     for (const detail::EnvKnob* knob :
          {&k.prefill_block_keys, &k.prefill_sm90a, &k.prefill_sm90a_ctas, &k.decode_block_keys,
           &k.decode_sm90a, &k.decode_pair_head_groups, &k.decode_warp_specialized,
-          &k.combine_column_slices, &k.combine_piece_groups, &k.decode_merge_in_kernel,
-          &k.decode_num_parts, &k.device_smem_optin}) {
+          &k.combine_column_slices, &k.combine_piece_groups, &k.decode_num_parts,
+          &k.device_smem_optin}) {
       if (k.error.empty()) k.error = knob->error;
     }
     return k;

@@ -19,10 +19,6 @@
 //   SMLA_COMBINE_COLUMN_SLICES   1 | 4    warps per head in the split combine (split_combine.cu)
 //   SMLA_COMBINE_PIECE_GROUPS    1 | 8    warps that share a query's pieces per column slice of
 //                                         the split combine (8 implies 4 slices; split_combine.cu)
-//   SMLA_DECODE_MERGE_IN_KERNEL  0 | 1    merge-only CTAs of the warp-specialised decode merge the
-//                                         partial results instead of the combine kernel: 1
-//                                         wherever that kernel runs, 0 never
-//                                         (decode_launch_policy.cpp)
 //   SMLA_DECODE_NUM_PARTS        1..2^20  parts of an unpaired decode launch
 //                                         (decode_launch_policy.cpp)
 //   SMLA_DEVICE_SMEM_OPTIN       1..2^30  caps the shared memory per block that the tile choice
@@ -50,7 +46,6 @@ struct CudaKnobs {
   detail::EnvKnob decode_warp_specialized;
   detail::EnvKnob combine_column_slices;
   detail::EnvKnob combine_piece_groups;
-  detail::EnvKnob decode_merge_in_kernel;
   detail::EnvKnob decode_num_parts;
   detail::EnvKnob device_smem_optin;
   std::string error;  // the first bad setting's message, or "" when every knob is valid

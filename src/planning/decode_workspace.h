@@ -5,10 +5,6 @@
 //   offset               content
 //   parts_offset         [num_parts]              DecodePartSchedule
 //   split_offsets_offset [num_queries + 1]        int32
-//   merge_counters_offset [num_queries, 2]        uint32: per query, the pieces stored and the
-//                                                 merge units that saw them all, for a split
-//                                                 kernel that merges its own partials (zeroed by
-//                                                 the planner, left at zero by every launch)
 //   partial_lse_offset   [max_partials, h_q]      fp32, log2 domain
 //   partial_out_offset   [max_partials, h_q, d_v] fp32
 #pragma once
@@ -27,7 +23,6 @@ struct DecodeWorkspaceLayout {
   int64_t max_partials = 0;
   int64_t parts_offset = 0;
   int64_t split_offsets_offset = 0;
-  int64_t merge_counters_offset = 0;
   int64_t partial_lse_offset = 0;
   int64_t partial_out_offset = 0;
   int64_t total_bytes = 0;
@@ -47,8 +42,6 @@ SMLA_HOST_DEVICE inline DecodeWorkspaceLayout decode_workspace_layout(int64_t nu
   at = align_workspace(at + num_parts * static_cast<int64_t>(sizeof(DecodePartSchedule)));
   layout.split_offsets_offset = at;
   at = align_workspace(at + (num_queries + 1) * static_cast<int64_t>(sizeof(int32_t)));
-  layout.merge_counters_offset = at;
-  at = align_workspace(at + 2 * num_queries * static_cast<int64_t>(sizeof(uint32_t)));
   layout.partial_lse_offset = at;
   at = align_workspace(at + layout.max_partials * h_q * static_cast<int64_t>(sizeof(float)));
   layout.partial_out_offset = at;
@@ -61,7 +54,6 @@ SMLA_HOST_DEVICE inline DecodeWorkspaceLayout decode_workspace_layout(int64_t nu
 struct DecodeWorkspace {
   DecodePartSchedule* parts;  // [num_parts]
   int32_t* split_offsets;     // [num_queries + 1]
-  uint32_t* merge_counters;   // [num_queries, 2]
   float* partial_lse;         // [max_partials, h_q]
   float* partial_out;         // [max_partials, h_q, d_v]
 };
@@ -71,7 +63,6 @@ SMLA_HOST_DEVICE inline DecodeWorkspace carve_decode_workspace(
   auto* bytes = static_cast<uint8_t*>(base);
   return {reinterpret_cast<DecodePartSchedule*>(bytes + layout.parts_offset),
           reinterpret_cast<int32_t*>(bytes + layout.split_offsets_offset),
-          reinterpret_cast<uint32_t*>(bytes + layout.merge_counters_offset),
           reinterpret_cast<float*>(bytes + layout.partial_lse_offset),
           reinterpret_cast<float*>(bytes + layout.partial_out_offset)};
 }

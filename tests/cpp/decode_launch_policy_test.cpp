@@ -350,42 +350,6 @@ TEST(DecodeLaunchPolicy, WarpSpecializedRunsInOneWave) {
   EXPECT_EQ(shape.min_units, split_count.min_units);
 }
 
-// Merge-only CTAs of the warp-specialised kernel merge the partials (no combine launch) where the
-// call has >= 16 parts per query, one per two (query, head, column slice) units and at most half
-// the CTAs the device holds at once; SMLA_DECODE_MERGE_IN_KERNEL=1 wherever that kernel runs, =0 never; other kernels never.
-TEST(DecodeLaunchPolicy, MergeInKernel) {
-  const FakeTiles tiles = h200_tiles();
-  const DecodeKnobs force = knob(&DecodeKnobs::merge_in_kernel, 1);
-  const DecodeKnobs never = knob(&DecodeKnobs::merge_in_kernel, 0);
-  for (int64_t b = 1; b <= 12; ++b) {
-    const SparseDecodeProblem p = problem(KvCacheFormat::kV4Fp8, b, 16);
-    const DecodeLaunchShape shape = launch(tiles, p);
-    if (!tiles.tile(shape.tile).warp_specialized) continue;
-    const int64_t units = b * 16 * 4;
-    const int64_t half_resident = int64_t{kH200Sms} * shape.ctas_per_sm / 2;
-    const int expected = static_cast<int>(std::min<int64_t>((units + 1) / 2, half_resident));
-    EXPECT_EQ(shape.merge_ctas, shape.num_parts >= 16 * b ? expected : 0) << "b " << b;
-    EXPECT_EQ(launch(tiles, p, force).merge_ctas, expected) << "b " << b;
-    EXPECT_EQ(launch(tiles, p, never).merge_ctas, 0) << "b " << b;
-  }
-  // The V3.2 / V4 b = 1 rows: 132 parts, 64 units in 32 merge CTAs.
-  DecodeLaunchShape shape = launch(tiles, problem(KvCacheFormat::kV4Fp8, 1, 16));
-  EXPECT_TRUE(tiles.tile(shape.tile).warp_specialized);
-  EXPECT_EQ(shape.num_parts, kH200Sms);
-  EXPECT_EQ(shape.merge_ctas, 32);
-  // b = 12: fewer than 16 parts per query, so the combine runs unless forced.
-  shape = launch(tiles, problem(KvCacheFormat::kV4Fp8, 12, 16));
-  ASSERT_TRUE(tiles.tile(shape.tile).warp_specialized);
-  EXPECT_LT(shape.num_parts, 16 * 12);
-  EXPECT_EQ(shape.merge_ctas, 0);
-  // The split kernel (warp specialisation off), a bf16 cache, more heads: never.
-  DecodeKnobs split_only = force;
-  split_only.warp_specialized = 0;
-  EXPECT_EQ(launch(tiles, problem(KvCacheFormat::kV4Fp8, 1, 16), split_only).merge_ctas, 0);
-  EXPECT_EQ(launch(tiles, problem(KvCacheFormat::kBf16, 1, 16), force).merge_ctas, 0);
-  EXPECT_EQ(launch(tiles, problem(KvCacheFormat::kV4Fp8, 1, 64), force).merge_ctas, 0);
-}
-
 TEST(DecodeLaunchPolicy, TileThatCannotBeResident) {
   const FakeTiles tiles({split(KvCacheFormat::kV4Fp8, 512, 64, 64, 70000, 0)});
   DecodeLaunchShape shape;

@@ -234,14 +234,12 @@ TEST(DecodeWorkspaceLayout, RegionsAreAlignedDisjointAndLargeEnough) {
       for (int64_t h_q : {int64_t{1}, int64_t{16}, int64_t{128}}) {
         DecodeWorkspaceLayout l = decode_workspace_layout(num_queries, num_parts, h_q, 512);
         EXPECT_EQ(l.max_partials, std::min<int64_t>(num_queries + num_parts, 2 * num_parts));
-        const int64_t offsets[] = {l.parts_offset,          l.split_offsets_offset,
-                                   l.merge_counters_offset, l.partial_lse_offset,
-                                   l.partial_out_offset,    l.total_bytes};
+        const int64_t offsets[] = {l.parts_offset, l.split_offsets_offset, l.partial_lse_offset,
+                                   l.partial_out_offset, l.total_bytes};
         for (int64_t o : offsets) EXPECT_EQ(o % kWorkspaceAlignment, 0);
         EXPECT_GE(l.split_offsets_offset - l.parts_offset,
                   num_parts * static_cast<int64_t>(sizeof(DecodePartSchedule)));
-        EXPECT_GE(l.merge_counters_offset - l.split_offsets_offset, (num_queries + 1) * 4);
-        EXPECT_GE(l.partial_lse_offset - l.merge_counters_offset, 2 * num_queries * 4);
+        EXPECT_GE(l.partial_lse_offset - l.split_offsets_offset, (num_queries + 1) * 4);
         EXPECT_GE(l.partial_out_offset - l.partial_lse_offset, l.max_partials * h_q * 4);
         EXPECT_GE(l.total_bytes - l.partial_out_offset, l.max_partials * h_q * 512 * 4);
       }

@@ -32,7 +32,6 @@ struct PlannerArgs {
   int32_t block_tokens;
   DecodePartSchedule* parts;  // [num_parts]
   int32_t* split_offsets;     // [num_queries + 1]
-  uint32_t* merge_counters;   // [num_queries, 2]
 };
 
 __device__ int32_t blocks_of(const PlannerArgs& a, int32_t query) {
@@ -77,11 +76,6 @@ __global__ void __launch_bounds__(kPlannerThreads) decode_planner_kernel(Planner
 
   for (int32_t p = threadIdx.x; p < a.num_parts; p += kPlannerThreads) {
     a.parts[p] = planning::empty_part();
-  }
-  // A split kernel that merges its own partials counts each query's pieces and merge units
-  // from zero (and leaves them at zero: decode_workspace.h).
-  for (int32_t c = threadIdx.x; c < 2 * a.num_queries; c += kPlannerThreads) {
-    a.merge_counters[c] = 0;
   }
   int64_t cost = 0;
   for (int32_t q = threadIdx.x; q < a.num_queries; q += kPlannerThreads) {
@@ -150,7 +144,6 @@ Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int64
   args.block_tokens = block_tokens;
   args.parts = ws.parts;
   args.split_offsets = ws.split_offsets;
-  args.merge_counters = ws.merge_counters;
   decode_planner_kernel<<<1, kPlannerThreads, 0, stream>>>(args);
   return check_last_launch("decode_planner_kernel");
 }

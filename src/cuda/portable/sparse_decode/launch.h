@@ -33,12 +33,6 @@ struct DecodeLaunch {
   // where the launch policy pairs them (decode_launch_policy.cpp: 64-row tiles, 65..128 heads, a
   // quantized format on sm_90+: decode_pair_clusters > 0).
   bool pair_head_groups = false;
-  // merge_ctas > 0: the grid has that many merge-only CTAs after the parts, which merge the
-  // split queries' partial results as soon as each query's pieces are stored (counted in
-  // merge_counters, [b*s_q, 2]); the combine does not run. Only the warp-specialised kernel, where
-  // the launch policy says so (DecodeLaunchShape::merge_ctas).
-  int merge_ctas = 0;
-  uint32_t* merge_counters = nullptr;
 };
 
 // The schedule's block (decode_schedule.h block_tokens) is the kernel's KV tile: kBlockKeys

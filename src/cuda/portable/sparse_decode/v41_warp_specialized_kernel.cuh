@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const int thread = threadIdx.x;
   if (thread < WarpRoles::kConsumerThreads) {
-    consume<Shape, false>(launch, part, static_cast<int>(blockIdx.y) * Shape::kRows, thread, sm);
+    consume<Shape>(launch, part, static_cast<int>(blockIdx.y) * Shape::kRows, thread, sm);
   } else {
     const int t = thread - WarpRoles::kConsumerThreads;
     produce_v41(launch, part, t / WarpRoles::kGroupThreads, t % WarpRoles::kGroupThreads, sm,

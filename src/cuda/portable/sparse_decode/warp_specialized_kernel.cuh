@@ -11,9 +11,6 @@
 //                stages, waits for tile g to be free, dequantises into it (raw_rows.cuh: exact
 //                fp32 scale products, one rounding) and signals it full. The two groups convert
 //                two blocks at once.
-// Where the launch policy says so (decode_launch_policy.h decode_merge_ctas: >= 16 parts per
-// query, e.g. V3.2 / V4 at b = 1), merge-only CTAs after the parts merge the split queries'
-// partial results (merge_partials below) instead of the combine kernel.
 // Hand-offs per tile g: full(g) = bar.arrive by group g's 128 threads + bar.sync by the 256
 // consumer threads; empty(g) = bar.arrive by the consumers after their P.V + bar.sync by group g
 // before it overwrites the tile (skipped for its first block). Each group drains the consumers'
@@ -36,11 +33,9 @@
 
 #include <cstdint>
 
-#include "cuda/combine/combine_rows.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/ptx/barrier.cuh"
 #include "cuda/device/ptx/cp_async.cuh"
-#include "cuda/device/ptx/gpu_scope.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
@@ -65,8 +60,6 @@ struct WarpRoles {
   // Tile g is filled by group g: full(g) and empty(g).
   __device__ __forceinline__ static int full_barrier(int group) { return 6 + group; }
   __device__ __forceinline__ static int empty_barrier(int group) { return 8 + group; }
-  // The in-kernel merge's two workers (warps 0..7 and 8..15), once both roles are done.
-  __device__ __forceinline__ static int merge_barrier(int worker) { return 10 + worker; }
 };
 
 // The barrier over the consumers' 8 warps (RegisterQCore's Barrier).
@@ -239,7 +232,7 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
 // The consumers (threads 0..255): per piece, Q into registers, then every block of the ring
 // through the register-Q core, then the piece's store (kernel.cuh's loop without its gather and
 // dequantisation).
-template <class Shape, bool kMerge, class Smem>
+template <class Shape, class Smem>
 __device__ __forceinline__ void consume(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0,
                                         int thread, Smem& sm) {
@@ -270,94 +263,23 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
       Core::process_block(sm, smem_u32(sm.kv[group]), sm.valid[group], scale_log2, w, acc);
       ptx::named_barrier_arrive(WarpRoles::empty_barrier(group), WarpRoles::kHandOffThreads);
     }
-    const int32_t slot = planning::piece_partial_slot(part, query, launch.split_offsets);
-    Core::store(sm, PieceTarget{&launch, b, s, slot, head0}, w, acc);
-    // A split piece's partial is stored: count it for the merge CTAs (merge_partials).
-    if (kMerge && slot >= 0) {
-      ConsumerBarrier::sync();
-      if (thread == 0) {
-        __threadfence();
-        ptx::add_release_gpu(&launch.merge_counters[2 * query], 1);
-      }
-    }
+    Core::store(sm,
+                PieceTarget{&launch, b, s,
+                            planning::piece_partial_slot(part, query, launch.split_offsets), head0},
+                w, acc);
   }
 }
 
-// A merge-only CTA (blockIdx.x >= num_parts; launch.merge_ctas of them): its warps 0..7 and 8..15
-// are two workers, worker w = half * merge_ctas + merge CTA taking the split queries' (query,
-// head, column slice) units w, w + 2 merge_ctas, ... Per unit: the worker's thread 0 waits
-// (acquire) until the query's pieces are all stored (merge_counters[2 q] = its piece count; the
-// parts wait on nothing and the merge CTAs fill at most half the device's slots, so the parts run
-// in any dispatch order and no co-residency is needed), counts the unit as seen (merge_counters[2 q + 1]; the query's last unit
-// resets both for the next launch), and the worker runs the combine kernel's merge
-// (combine_rows.cuh, four column slices, eight piece groups). The Q tile holds the group sums.
-// Only in the kernel's merging instantiation (kMerge), and not inlined: beside the parts' roles
-// it makes ptxas spill their registers (44 B at v32_fp8 inlined, 20 B as a call, none in the
-// instantiation without it). Its arguments are values: a reference to the launch would put the
-// kernel's parameters in local memory.
-static __device__ __noinline__ void merge_partials(const combine::CombineArgs a, bool vector_store,
-                                                   uint32_t* merge_counters, int64_t num_queries,
-                                            int64_t merge_cta, int64_t ctas,
-                                                   float4 (*worker_sums)[32]) {
-  using Tiling = combine::CombineTiling<4, combine::kWarps>;
-  constexpr int kWorkerThreads = 32 * combine::kWarps;
-  static_assert(WarpRoles::kThreads == 2 * kWorkerThreads);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int worker = warp / combine::kWarps, group = warp % combine::kWarps;
-  float4(*group_sums)[32] = worker_sums + worker * combine::kWarps;
-  auto sync_worker = [worker] {
-    ptx::named_barrier_sync(WarpRoles::merge_barrier(worker), kWorkerThreads);
-  };
-  const int64_t units_per_query = int64_t{a.h_q} * Tiling::kColumnSlices;
-  const int64_t units = num_queries * units_per_query;
-  const int64_t first = worker * ctas + merge_cta;
-  for (int64_t unit = first; unit < units; unit += 2 * ctas) {
-    const int64_t query = unit / units_per_query;
-    const int head = static_cast<int>(unit / Tiling::kColumnSlices % a.h_q);
-    const int slice = static_cast<int>(unit % Tiling::kColumnSlices);
-    const int32_t begin = a.split_offsets[query];
-    const int32_t num_splits = a.split_offsets[query + 1] - begin;
-    if (num_splits == 0) continue;  // processed whole: its piece stored out and lse
-    if (warp % combine::kWarps == 0 && lane == 0) {
-      uint32_t* counts = merge_counters + 2 * query;
-      while (ptx::load_acquire_gpu(counts) < static_cast<uint32_t>(num_splits)) {
-      }
-      if (ptx::add_relaxed_gpu(counts + 1, 1) == units_per_query - 1) {
-        ptx::store_relaxed_gpu(counts, 0);
-        ptx::store_relaxed_gpu(counts + 1, 0);
-      }
-    }
-    sync_worker();  // the pieces are visible to the worker; the previous unit read group_sums
-    if (vector_store) {
-      combine::combine_head_slice<Tiling, true>(a, query, begin, num_splits, head, slice, group,
-                                                lane, group_sums, sync_worker);
-    } else {
-      combine::combine_head_slice<Tiling, false>(a, query, begin, num_splits, head, slice, group,
-                                                 lane, group_sums, sync_worker);
-    }
-  }
-}
-
-// kMerge: the launch has merge CTAs (launch.merge_ctas > 0), an instantiation of its own.
-template <class Shape, class Traits, int kRawStages, bool kMerge>
+template <class Shape, class Traits, int kRawStages>
 __global__ void __launch_bounds__(WarpRoles::kThreads, 1)
     warp_specialized_decode_kernel(const DecodeLaunch launch) {
   using Smem = WarpSpecializedSmem<Shape, Traits, kRawStages>;
   extern __shared__ __align__(1024) uint8_t smem_bytes[];
   auto& sm = *reinterpret_cast<Smem*>(smem_bytes);
-  if (kMerge && blockIdx.x >= static_cast<unsigned>(launch.num_parts)) {
-    static_assert(sizeof(sm.q) >= 2 * combine::kWarps * 32 * sizeof(float4));
-    merge_partials(combine::combine_args(launch.p, launch.split_offsets, launch.partial_lse,
-                                         launch.partial_out),
-                   combine::out_rows_take_vector_stores(launch.p), launch.merge_counters,
-                   launch.p.problem.b * launch.p.problem.s_q, blockIdx.x - launch.num_parts,
-                   launch.merge_ctas, reinterpret_cast<float4(*)[32]>(sm.q));
-    return;
-  }
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const int thread = threadIdx.x;
   if (thread < WarpRoles::kConsumerThreads) {
-    consume<Shape, kMerge>(launch, part, static_cast<int>(blockIdx.y) * Shape::kRows, thread, sm);
+    consume<Shape>(launch, part, static_cast<int>(blockIdx.y) * Shape::kRows, thread, sm);
   } else {
     const int t = thread - WarpRoles::kConsumerThreads;
     produce<Shape, Traits>(launch, part, t / WarpRoles::kGroupThreads, t % WarpRoles::kGroupThreads,
@@ -377,21 +299,18 @@ int warp_specialized_decode_smem_bytes() {
 template <KvCacheFormat kFormat, int kDqk>
 int warp_specialized_decode_ctas_per_sm() {
   auto kernel = warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
-                                               kWarpSpecializedRawStages, false>;
+                                               kWarpSpecializedRawStages>;
   return resident_ctas_per_sm(kernel, WarpRoles::kThreads,
                               warp_specialized_decode_smem_bytes<kFormat, kDqk>());
 }
 
 template <KvCacheFormat kFormat, int kDqk>
 Status launch_warp_specialized_decode(const DecodeLaunch& launch, cudaStream_t stream) {
-  auto kernel = launch.merge_ctas > 0
-                    ? warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
-                                                     kWarpSpecializedRawStages, true>
-                    : warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
-                                                     kWarpSpecializedRawStages, false>;
+  auto kernel = warp_specialized_decode_kernel<RegisterQShape<kDqk>, KvTraits<kFormat, kDqk>,
+                                               kWarpSpecializedRawStages>;
   const int smem = warp_specialized_decode_smem_bytes<kFormat, kDqk>();
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
-  const dim3 grid(static_cast<unsigned>(launch.num_parts + launch.merge_ctas),
+  const dim3 grid(static_cast<unsigned>(launch.num_parts),
                   static_cast<unsigned>(decode_head_groups(launch.p.problem.h_q, 16)));
   kernel<<<grid, WarpRoles::kThreads, smem, stream>>>(launch);
   return check_last_launch("warp_specialized_decode_kernel");
