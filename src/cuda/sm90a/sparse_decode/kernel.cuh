@@ -281,22 +281,15 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
   uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
   uint4* lo = reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4));
   uint4* hi = reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4));
-  // BOUND (wrong numbers): e4m3 -> f16, one f16 multiply by the unit's scale (an f16 MMA path)
-  uint32_t s;
   if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
-    const __half2 h2 = __float2half2_rn(__uint_as_float(u < 8 ? scales.x : scales.y));
-    s = *reinterpret_cast<const uint32_t*>(&h2);
+    const float scale = __uint_as_float(u < 8 ? scales.x : scales.y);
+    *lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
+    *hi = dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
   } else {
-    s = ue8m0_to_bf16x2((scales.x >> (8 * (u >> 2))) & 0xffu);
+    const uint32_t scale = ue8m0_to_bf16x2((scales.x >> (8 * (u >> 2))) & 0xffu);
+    *lo = dequant_e4m3x8_pow2(make_uint2(raw.x, raw.y), scale);
+    *hi = dequant_e4m3x8_pow2(make_uint2(raw.z, raw.w), scale);
   }
-  auto cvt = [s](uint32_t pair) {
-    const __half2_raw h =
-        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3);
-    const __half2 r = __hmul2(__half2(h), *reinterpret_cast<const __half2*>(&s));
-    return *reinterpret_cast<const uint32_t*>(&r);
-  };
-  *lo = make_uint4(cvt(raw.x & 0xffffu), cvt(raw.x >> 16), cvt(raw.y & 0xffffu), cvt(raw.y >> 16));
-  *hi = make_uint4(cvt(raw.z & 0xffffu), cvt(raw.z >> 16), cvt(raw.w & 0xffffu), cvt(raw.w >> 16));
 }
 
 // A half-stage's conversion by the warpgroup that scores it, once the half has landed (its full
