@@ -281,8 +281,15 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
   uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
   uint4* lo = reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4));
   uint4* hi = reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4));
-  // BOUND (wrong numbers): no conversion at all (the raw bytes stay where they landed)
-  (void)lo; (void)hi; (void)raw; (void)scales;
+  if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
+    const float scale = __uint_as_float(u < 8 ? scales.x : scales.y);
+    *lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
+    *hi = dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
+  } else {
+    const uint32_t scale = ue8m0_to_bf16x2((scales.x >> (8 * (u >> 2))) & 0xffu);
+    *lo = dequant_e4m3x8_pow2(make_uint2(raw.x, raw.y), scale);
+    *hi = dequant_e4m3x8_pow2(make_uint2(raw.z, raw.w), scale);
+  }
 }
 
 // A half-stage's conversion by the warpgroup that scores it, once the half has landed (its full
