@@ -13,7 +13,6 @@
 #include "cpu/fp8.h"
 #include "cuda/codec/quantize_rules.h"
 #include "cuda/device/e2m1_bf16.h"
-#include "cuda/device/f16_shifts.h"
 #include "cuda/device/page_divider.h"
 
 namespace sparse_mla {
@@ -147,41 +146,6 @@ TEST(CudaCodecRules, PageDividerMatchesTheDivision) {
     }
     check(0x7fffffffu);
     check(0x7ffffffeu);
-  }
-}
-
-// The Hopper decode's f16 path (cuda/device/f16_shifts.h): every q row's largest magnitude lands
-// in [2^14, 2^15) (or as high as the cap allows) and 2^-kq is a normal fp32; every block's shift
-// keeps its largest tiles finite in f16 and, where the tiles' exponents span at most 22, every
-// tile exact, and leaves blocks already in range alone.
-TEST(F16Shifts, QRowShiftPutsTheLargestValueInF16sTopOctave) {
-  EXPECT_EQ(cuda::f16_q_row_shift(0), 0);
-  EXPECT_EQ(cuda::f16_q_row_shift(0x7f80u), 0);  // inf
-  EXPECT_EQ(cuda::f16_q_row_shift(0x7fc0u), 0);  // NaN
-  for (uint32_t bits = 1; bits < 0x7f80u; ++bits) {
-    const int kq = cuda::f16_q_row_shift(bits);
-    ASSERT_LE(kq, 64) << bits;
-    ASSERT_GE(kq, -113) << bits;
-    const double scaled = std::ldexp(static_cast<double>(std::bit_cast<float>(bits << 16)), kq);
-    ASSERT_LT(scaled, 32768.0) << bits;
-    if (kq < 64) ASSERT_GE(scaled, 16384.0) << bits;
-  }
-}
-
-TEST(F16Shifts, BlockShiftKeepsTilesInF16) {
-  EXPECT_EQ(cuda::f16_block_shift(0, 0xff), 0);  // no valid tile
-  for (uint32_t largest = 1; largest <= 254; ++largest) {
-    for (uint32_t smallest = 1; smallest <= largest; ++smallest) {
-      const int c = cuda::f16_block_shift(largest, smallest);
-      const int hi = static_cast<int>(largest) - 127, lo = static_cast<int>(smallest) - 127;
-      ASSERT_GE(c, -7) << largest << " " << smallest;
-      ASSERT_LE(c, 14) << largest << " " << smallest;
-      if (hi <= 7 && lo >= -15) ASSERT_EQ(c, 0) << largest << " " << smallest;
-      if (hi <= 14) ASSERT_LE(hi + c, 7) << largest << " " << smallest;  // 448 x 2^7 < 65504
-      if (hi <= 14 && hi - lo <= 22 && lo >= -29) {
-        ASSERT_GE(lo + c, -15) << largest << " " << smallest;  // 2^-9 x 2^-15 = f16's 2^-24
-      }
-    }
   }
 }
 

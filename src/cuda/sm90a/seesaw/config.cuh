@@ -40,42 +40,28 @@ enum NamedBarrier : int {
 // index of (stage, half) = 2 stage + half.
 inline constexpr int kLeftPanels = 4;
 
-// The half of stage kStage its scorer frees first and the producer refills first (WG0's K0: left;
-// WG1's K1: right): its MMAs run while the other half's rows are still in flight.
-template <int kStage>
-inline constexpr int kFirstScoreHalf = kStage == 0 ? 0 : 1;
-
 // A [rows][d_qk] bf16 tile as panels of [rows][64 dims], 128-B rows, 16-B chunks XOR-swizzled by
 // row % 8 (the SWIZZLE_128B layout of wgmma and TMA; cuda/device/smem_tile.cuh).
 template <int kDqk>
 inline constexpr int kTileBytes = kHeadRows* kDqk * 2;
 inline constexpr int kPanelBytes = 64 * 128;  // one [64 rows][64 dims] panel
 
-// P tiles [64 heads, 64 keys] (one swizzled panel each): P1 in its own tile; P0 at d_qk 576 in
-// K0's RoPE panel (panel 8, dead once WG0's scores of the pair are done and reloaded only after
-// WG1 has read P0), at d_qk 512 in the last tile. At d_qk 512 two tiles between them hold P0 and
-// P1 in bf16 where P is f16 (F16NopeOperands, seesaw/operands.cuh: WG1's products over the bf16
-// RoPE panel).
+// P tiles [64 heads, 64 keys] bf16 (one swizzled panel each): P1 in its own tile; P0 at d_qk 576
+// in K0's RoPE panel (panel 8, dead once WG0's scores of the pair are done and reloaded only after
+// WG1 has read P0), at d_qk 512 in a second tile.
 template <int kDqk>
-inline constexpr int kOwnPTiles = kDqk == 576 ? 1 : 4;
-inline constexpr int kP0TailTile = 1;  // d_qk 512
-inline constexpr int kP1TailTile = 2;
+inline constexpr int kOwnPTiles = kDqk == 576 ? 1 : 2;
 
-// Shared memory, d_qk 576: 73,728 Q + 2 x 73,728 KV + 8,192 P + 1,960 row statistics, operand
-// scales and validity + 80 barriers, rounded up to 1 KiB = 231,424 B; + 1,024 alignment slack =
-// 232,448, the sm_90 limit exactly (d_qk 512: 231,424 + 1,024, the same).
+// Shared memory, d_qk 576: 73,728 Q + 2 x 73,728 KV + 8,192 P + 1,664 row statistics and
+// validity + 80 barriers, rounded up to 1 KiB = 231,424 B; + 1,024 alignment slack = 232,448,
+// the sm_90 limit exactly (d_qk 512: 215,040 + 1,024).
 template <int kDqk>
 struct Smem {
   alignas(1024) uint8_t q[kTileBytes<kDqk>];               // [64 heads, d_qk] bf16, swizzled
   alignas(1024) uint8_t kv[kStages][kTileBytes<kDqk>];     // [stage][64 keys, d_qk] bf16, swizzled
-  alignas(1024) uint8_t p[kOwnPTiles<kDqk>][kPanelBytes];  // P1 (d_qk 512: P0, P1 tails; P0)
+  alignas(1024) uint8_t p[kOwnPTiles<kDqk>][kPanelBytes];  // P1, then (d_qk 512) P0
   float row_max[2][kHeadRows];                             // [wg][head] running maxima, log2
-  float row_sum[2][2][kHeadRows];  // [item parity][wg][head] final partial row sums
-  // f16 operands only (seesaw/operands.cuh): 2^-kq of Q's rows (the producer's), 2^-c of each
-  // stage's block (its converting warpgroup's) and that warpgroup's per-warp exponent extremes.
-  float q_scale[kHeadRows];
-  float kv_scale[kStages];
-  uint32_t exponent_range[kStages][4];
+  float row_sum[2][2][kHeadRows];         // [item parity][wg][head] final partial row sums
   uint8_t valid[kStages][kBlockKeys];     // [stage][key] slot validity
   alignas(8) uint64_t full[2 * kStages];  // half-stage landed: 128 cp.async + 16 arrivals
   uint64_t empty[2 * kStages];            // half-stage free: one arrival per warp of its reader

@@ -19,7 +19,6 @@
 #include "cuda/device/ptx/wgmma.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/sm90a/seesaw/config.cuh"
-#include "cuda/sm90a/seesaw/operands.cuh"
 
 namespace sparse_mla::cuda::sm90a {
 
@@ -40,10 +39,9 @@ struct ConsumerPlace {
   }
 };
 
-// S[64 heads, 64 keys] (+)= Q K^T over the k-steps of panels [kFirst, kEnd) of stage tile `kv`,
-// each panel's in its Ops type; kOverwrite: the first of them overwrites S (the first panels a
-// warpgroup issues).
-template <int kFirst, int kEnd, bool kOverwrite, class Ops>
+// S[64 heads, 64 keys] (+)= Q K^T over the k-steps of panels [kFirst, kEnd) of stage tile `kv`;
+// kOverwrite: the first of them overwrites S (the first panels a warpgroup issues).
+template <int kFirst, int kEnd, bool kOverwrite>
 __device__ __forceinline__ void issue_score_panels(uint32_t q, uint32_t kv, float (&s)[32]) {
   // One descriptor per operand; a k-step moves its start address field by offset / 16.
   const uint64_t desc_q = ptx::wgmma_desc_sw128(q, 16, 1024);
@@ -51,94 +49,81 @@ __device__ __forceinline__ void issue_score_panels(uint32_t q, uint32_t kv, floa
 #pragma unroll
   for (int step = 4 * kFirst; step < 4 * kEnd; ++step) {
     const uint32_t offset = ((step >> 2) * kPanelBytes + (step & 3) * 32) >> 4;
-    const bool accumulate = !kOverwrite || step > 4 * kFirst;
-    if (panel_input<Ops>(step >> 2) == ptx::MmaInput::kF16) {
-      ptx::wgmma_m64n64k16_ss<0, ptx::MmaInput::kF16>(s, desc_q + offset, desc_k + offset,
-                                                      accumulate);
-    } else {
-      ptx::wgmma_m64n64k16_ss<0>(s, desc_q + offset, desc_k + offset, accumulate);
-    }
+    ptx::wgmma_m64n64k16_ss<0>(s, desc_q + offset, desc_k + offset,
+                               !kOverwrite || step > 4 * kFirst);
   }
 }
 
 // What the scoring warpgroup does to a half-stage between its landing and its first MMA: nothing
 // where the producer fills the ring with bf16 rows (the prefill); a kernel whose producer only
-// copies raw bytes passes a Prepare whose half<kStage, kHalf>(sm) turns them into the MMA's
-// operands (the warpgroup's 128 threads, ending with the async-proxy fence and a barrier of the
-// warpgroup). Prepare::q(sm, scale_log2): what both warpgroups do to a work item's Q once it landed
-// (f16 operands: its conversion, ending with a barrier of the 256).
+// copies raw bytes passes a Prepare whose half<kStage, kHalf>(sm) turns them into bf16 rows (the
+// warpgroup's 128 threads, ending with the async-proxy fence and a barrier of the warpgroup).
 struct NoPrepare {
-  template <class SmemT>
-  __device__ __forceinline__ static void q(SmemT&, float) {}
   template <int kStage, int kHalf, class SmemT>
   __device__ __forceinline__ static void half(SmemT&) {}
 };
 
 // Issues S (+)= Q K^T over one half of stage kStage's panels (half 0: panels 0-3, half 1: the
-// rest) once that half has landed (and Prepare made it the MMA's operands); kOverwrite: its first
-// k-step overwrites S.
-template <int kDqk, int kStage, int kHalf, bool kOverwrite, class Prepare, class Ops>
+// rest) once that half has landed (and Prepare made it bf16); kOverwrite: its first k-step
+// overwrites S.
+template <int kDqk, int kStage, int kHalf, bool kOverwrite, class Prepare = NoPrepare>
 __device__ __forceinline__ void issue_score_half(uint32_t q, Smem<kDqk>& sm, uint32_t parity,
                                                  float (&s)[32]) {
   const uint32_t kv = smem_u32(sm.kv[kStage]);
   ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 * kStage + kHalf]), parity);
   Prepare::template half<kStage, kHalf>(sm);
   if constexpr (kHalf == 0) {
-    issue_score_panels<0, kLeftPanels, kOverwrite, Ops>(q, kv, s);
+    issue_score_panels<0, kLeftPanels, kOverwrite>(q, kv, s);
   } else {
-    issue_score_panels<kLeftPanels, kDqk / 64, kOverwrite, Ops>(q, kv, s);
+    issue_score_panels<kLeftPanels, kDqk / 64, kOverwrite>(q, kv, s);
   }
 }
 
+// The half of stage kStage its scorer frees first and the producer refills first (WG0's K0: left;
+// WG1's K1: right): its MMAs run while the other half's rows are still in flight.
+template <int kStage>
+inline constexpr int kFirstScoreHalf = kStage == 0 ? 0 : 1;
+
 // S = Q K^T of stage `kStage` at pair parity `parity`; waits for the result.
-template <int kDqk, int kStage, class Prepare, class Ops>
+template <int kDqk, int kStage, class Prepare = NoPrepare>
 __device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, uint32_t parity,
                                        float (&s)[32]) {
   constexpr int kFirst = kFirstScoreHalf<kStage>;
   ptx::wgmma_fence_operands(s);
   ptx::wgmma_fence();
-  issue_score_half<kDqk, kStage, kFirst, true, Prepare, Ops>(q, sm, parity, s);
-  issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare, Ops>(q, sm, parity, s);
+  issue_score_half<kDqk, kStage, kFirst, true, Prepare>(q, sm, parity, s);
+  issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare>(q, sm, parity, s);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operands(s);
 }
 
-// Scores to the log2 domain (times each row's scale: the softmax scale x log2 e, and for f16
-// operands 2^-kq of the row's Q and 2^-c of the block), invalid slots -inf; returns the quad's row
-// maxima of the block.
+// Scores to the log2 domain, invalid slots -inf; returns the quad's row maxima of the block.
 __device__ __forceinline__ void mask_scores(const uint8_t* valid, const ConsumerPlace& at,
-                                            const float (&scale)[2], float (&s)[32],
-                                            float (&mx)[2]) {
+                                            float scale_log2, float (&s)[32], float (&mx)[2]) {
   mx[0] = mx[1] = -INFINITY;
   // Accumulators 4 q .. 4 q + 3 share their two keys (8 q + 2 (lane % 4), +1): one 2-byte load.
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const uint16_t pair = *reinterpret_cast<const uint16_t*>(valid + at.col(i & ~1));
     const bool ok = ((i & 1) ? (pair >> 8) : (pair & 0xff)) != 0;
-    s[i] = ok ? s[i] * scale[(i >> 1) & 1] : -INFINITY;
+    s[i] = ok ? s[i] * scale_log2 : -INFINITY;
     mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
   }
   mx[0] = quad_max(mx[0]);
   mx[1] = quad_max(mx[1]);
 }
 
-// P = 2^(S - m_use) as the RS A fragments of the four 16-key steps in Ops's P type, times
-// p_scale (f16 operands: the block's 2^-c; bf16: 1, not applied); adds P to the row sums.
-template <class Ops>
+// P = 2^(S - m_use) as the RS A fragments of the four 16-key steps; adds P to the row sums.
 __device__ __forceinline__ void exponentiate(const float (&s)[32], const float (&m_use)[2],
-                                             float p_scale, float (&l)[2], uint32_t (&p)[4][4]) {
+                                             float (&l)[2], uint32_t (&p)[4][4]) {
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
     const int h = (i >> 1) & 1;
-    float p0 = fast_exp2(s[i] - m_use[h]);
-    float p1 = fast_exp2(s[i + 1] - m_use[h]);
+    const float p0 = fast_exp2(s[i] - m_use[h]);
+    const float p1 = fast_exp2(s[i + 1] - m_use[h]);
     l[h] += p0 + p1;
-    if constexpr (Ops::kF16) {
-      p0 *= p_scale;
-      p1 *= p_scale;
-    }
-    p[i >> 3][(i >> 1) & 3] = Ops::pack(p0, p1);
+    p[i >> 3][(i >> 1) & 3] = ptx::pack_bf16x2(p0, p1);
   }
 }
 
@@ -155,21 +140,13 @@ __device__ __forceinline__ uint32_t p_offset(int row, int key) {
   return row * 128 + ((((key >> 3) ^ (row & 7))) << 4) + (key & 7) * 2;
 }
 
-// The thread's P fragments into a P tile, made visible to the peer's wgmma (async proxy). With
-// kTail (F16NopeOperands' P0 and P1), P also in bf16 into tail_tile (from the f16 P: one more
-// rounding).
-template <class Ops, bool kTail = false>
+// The thread's P fragments into a P tile, made visible to the peer's wgmma (async proxy).
 __device__ __forceinline__ void store_p(uint8_t* tile, const ConsumerPlace& at,
-                                        const uint32_t (&p)[4][4], uint8_t* tail_tile = nullptr) {
+                                        const uint32_t (&p)[4][4]) {
 #pragma unroll
   for (int i = 0; i < 32; i += 2) {
-    const uint32_t offset = p_offset(at.row[(i >> 1) & 1], at.col(i));
-    const uint32_t bits = p[i >> 3][(i >> 1) & 3];
-    *reinterpret_cast<uint32_t*>(tile + offset) = bits;
-    if constexpr (kTail) {
-      const float2 f = Ops::unpack(bits);
-      *reinterpret_cast<uint32_t*>(tail_tile + offset) = ptx::pack_bf16x2(f.x, f.y);
-    }
+    *reinterpret_cast<uint32_t*>(tile + p_offset(at.row[(i >> 1) & 1], at.col(i))) =
+        p[i >> 3][(i >> 1) & 3];
   }
   ptx::fence_proxy_async_shared();
 }
@@ -180,59 +157,16 @@ __device__ __forceinline__ uint64_t value_desc(uint32_t kv, int wg) {
   return ptx::wgmma_desc_sw128(kv + kLeftPanels * wg * kPanelBytes, kPanelBytes, 1024);
 }
 
-// The value panels of warpgroup wg's columns in Ops's types: all 256 columns in one MMA per k-step,
-// or (F16NopeOperands, WG1) 192 f16 columns and the 64 of the bf16 panel.
-template <class Ops>
-inline constexpr bool kSplitValues = Ops::kF16&& Ops::kF16Panels < 2 * kLeftPanels;
-template <class Ops>
-__device__ __forceinline__ constexpr bool split_values(int wg) {
-  return kSplitValues<Ops> && wg == 1;
-}
-static_assert(!kSplitValues<F16NopeOperands> || F16NopeOperands::kF16Panels == 2 * kLeftPanels - 1);
-
-// The 192 f16 columns' and the bf16 panel's accumulators of a split warpgroup's 256.
-__device__ __forceinline__ float (&value_head(float (&o)[128]))[96] {
-  return *reinterpret_cast<float(*)[96]>(&o[0]);
-}
-__device__ __forceinline__ float (&value_tail(float (&o)[128]))[32] {
-  return *reinterpret_cast<float(*)[32]>(&o[96]);
-}
-
-// O += P V over the warpgroup's value columns with P from registers (in Ops's P type), then P
-// into `tile` for the peer. A split warpgroup (F16NopeOperands' WG1) issues its 192 f16 columns,
-// stores P and P in bf16 into `tail_tile`, then issues its bf16 panel's 64 columns from that tile
-// (a fourth tile: P in bf16 registers beside P, O and the scores' registers would spill).
-template <class Ops, int kWg>
-__device__ __forceinline__ void issue_products_rs_store_p(uint32_t kv, const uint32_t (&p)[4][4],
-                                                          uint8_t* tile, uint8_t* tail_tile,
-                                                          const ConsumerPlace& at,
-                                                          float (&o)[128]) {
-  const uint64_t desc_v = value_desc(kv, kWg);
+__device__ __forceinline__ void issue_products_rs(uint32_t kv, int wg, const uint32_t (&p)[4][4],
+                                                  float (&o)[128]) {
+  const uint64_t desc_v = value_desc(kv, wg);
   ptx::wgmma_fence_operands(o);
   ptx::wgmma_fence();
-  if constexpr (split_values<Ops>(kWg)) {
 #pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      ptx::wgmma_m64n192k16_rs<1, ptx::MmaInput::kF16>(value_head(o), p[step],
-                                                       desc_v + ((16 * step * 128) >> 4), true);
-    }
-    store_p<Ops, true>(tile, at, p, tail_tile);
-    const uint64_t desc_tail = ptx::wgmma_desc_sw128(smem_u32(tail_tile), 16, 1024);
-#pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      ptx::wgmma_m64n64k16_ss<1>(value_tail(o), desc_tail + ((32 * step) >> 4),
-                                 desc_v + ((16 * step * 128 + 3 * kPanelBytes) >> 4), true);
-    }
-    ptx::wgmma_commit_group();
-  } else {
-#pragma unroll
-    for (int step = 0; step < 4; ++step) {
-      ptx::wgmma_m64n256k16_rs<1, panel_input<Ops>(0)>(o, p[step],
-                                                       desc_v + ((16 * step * 128) >> 4), true);
-    }
-    ptx::wgmma_commit_group();
-    if (tile != nullptr) store_p<Ops>(tile, at, p);
+  for (int step = 0; step < 4; ++step) {
+    ptx::wgmma_m64n256k16_rs<1>(o, p[step], desc_v + ((16 * step * 128) >> 4), true);
   }
+  ptx::wgmma_commit_group();
 }
 
 // One arrival per warp of the releasing warpgroup on a half-stage's empty barrier.
@@ -248,41 +182,31 @@ __device__ __forceinline__ void release(uint64_t& empty, const ConsumerPlace& at
 // barrier wait; S holds them on return. WG0 does so; WG1 does not: its next scores would then
 // run beside WG0's, both softmaxes would fall together, and the seesaw's stagger would be lost
 // (8-20 % slower at d576 h128, docs/kernels/sm90a_sparse_prefill.md).
-// p_tail_tile: the peer's P in bf16 for a split warpgroup's bf16 panel (F16NopeOperands' WG1).
-template <int kDqk, int kStage, int kWg, class Prepare, class Ops>
-__device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_tile,
-                                                        uint32_t p_tail_tile, uint32_t q,
-                                                        Smem<kDqk>& sm, bool queue_next,
+template <int kDqk, int kStage, class Prepare = NoPrepare>
+__device__ __forceinline__ void products_ss_then_scores(uint32_t kv, uint32_t p_tile, int wg,
+                                                        uint32_t q, Smem<kDqk>& sm, bool queue_next,
                                                         uint32_t next_parity, uint64_t& empty,
                                                         const ConsumerPlace& at, float (&o)[128],
                                                         float (&s)[32]) {
-  const uint64_t desc_v = value_desc(kv, kWg);
+  const uint64_t desc_v = value_desc(kv, wg);
   const uint64_t desc_p = ptx::wgmma_desc_sw128(p_tile, 16, 1024);
   ptx::wgmma_fence_operands(o);
   ptx::wgmma_fence_operands(s);
   ptx::wgmma_fence();
 #pragma unroll
   for (int step = 0; step < 4; ++step) {
-    const uint64_t v = desc_v + ((16 * step * 128) >> 4);
-    if constexpr (split_values<Ops>(kWg)) {
-      const uint64_t desc_tail = ptx::wgmma_desc_sw128(p_tail_tile, 16, 1024);
-      ptx::wgmma_m64n192k16_ss<1, ptx::MmaInput::kF16>(value_head(o), desc_p + ((32 * step) >> 4),
-                                                       v, true);
-      ptx::wgmma_m64n64k16_ss<1>(value_tail(o), desc_tail + ((32 * step) >> 4),
-                                 v + ((3 * kPanelBytes) >> 4), true);
-    } else {
-      ptx::wgmma_m64n256k16_ss<1, panel_input<Ops>(0)>(o, desc_p + ((32 * step) >> 4), v, true);
-    }
+    ptx::wgmma_m64n256k16_ss<1>(o, desc_p + ((32 * step) >> 4), desc_v + ((16 * step * 128) >> 4),
+                                true);
   }
   ptx::wgmma_commit_group();
   if (queue_next) {
     constexpr int kFirst = kFirstScoreHalf<kStage>;
-    issue_score_half<kDqk, kStage, kFirst, true, Prepare, Ops>(q, sm, next_parity, s);
+    issue_score_half<kDqk, kStage, kFirst, true, Prepare>(q, sm, next_parity, s);
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<1>();
     ptx::wgmma_fence_operands(o);
     release(empty, at);
-    issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare, Ops>(q, sm, next_parity, s);
+    issue_score_half<kDqk, kStage, 1 - kFirst, false, Prepare>(q, sm, next_parity, s);
     ptx::wgmma_commit_group();
     ptx::wgmma_wait_group<0>();
     ptx::wgmma_fence_operands(s);
@@ -302,53 +226,16 @@ struct RowState {
   float max[2] = {-INFINITY, -INFINITY};
 };
 
-// The P tiles of a pair: P0 (WG0's, for WG1's O_R) and P1 (WG1's, for WG0's O_L); with
-// F16NopeOperands also both in bf16 (the tails, for WG1's bf16 panel).
-struct PTiles {
-  uint8_t* p0;
-  uint8_t* p1;
-  uint8_t* p0_tail;  // F16NopeOperands only (d_qk 512)
-  uint8_t* p1_tail;
-};
-template <int kDqk>
-__device__ __forceinline__ PTiles p_tiles(Smem<kDqk>& sm) {
-  if constexpr (kDqk == 576) {
-    return {sm.kv[0] + 8 * kPanelBytes, sm.p[0], nullptr, nullptr};
-  } else {
-    return {sm.p[kOwnPTiles<kDqk> - 1], sm.p[0], sm.p[kP0TailTile], sm.p[kP1TailTile]};
-  }
-}
-
-// A block's score scale per row: the softmax scale x log2 e (row_scale), with f16 operands
-// instead sm.q_scale's (that times the row's 2^-kq; read per block, not held in registers) times
-// 2^-c of stage kStage's block; returns 2^-c (1 with bf16 operands: P is not scaled).
-template <class Ops, int kDqk, int kStage>
-__device__ __forceinline__ float block_scale(const float (&row_scale)[2], const ConsumerPlace& at,
-                                             const Smem<kDqk>& sm, float (&scale)[2]) {
-  if constexpr (Ops::kF16) {
-    const float c = sm.kv_scale[kStage];
-    scale[0] = sm.q_scale[at.row[0]] * c;
-    scale[1] = sm.q_scale[at.row[1]] * c;
-    return c;
-  } else {
-    scale[0] = row_scale[0];
-    scale[1] = row_scale[1];
-    return 1.0f;
-  }
-}
-
 // WG0's pair, S0 = Q K0^T in s on entry: max after K0 (to WG1) -> P0 -> O_L += P0 V0_L -> the
 // pair's max (from WG1) -> P0 and O_L to it -> P0 to its tile (for WG1's O_R) -> O_L += P1 V1_L,
 // the next pair's S0 queued behind it.
-template <int kDqk, class Prepare, class Ops>
-__device__ __forceinline__ void consume_pair_wg0(uint32_t q, const PTiles& tiles,
-                                                 const ConsumerPlace& at,
-                                                 const float (&row_scale)[2], uint32_t pair,
-                                                 bool has_next, Smem<kDqk>& sm, RowState& st,
-                                                 float (&s)[32], float (&o)[128]) {
-  float mx[2], m_use[2], alpha[2], scale[2];
-  const float p_scale = block_scale<Ops, kDqk, 0>(row_scale, at, sm, scale);
-  mask_scores(sm.valid[0], at, scale, s, mx);
+template <int kDqk, class Prepare = NoPrepare>
+__device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, uint32_t p1_tile,
+                                                 const ConsumerPlace& at, float scale_log2,
+                                                 uint32_t pair, bool has_next, Smem<kDqk>& sm,
+                                                 RowState& st, float (&s)[32], float (&o)[128]) {
+  float mx[2], m_use[2], alpha[2];
+  mask_scores(sm.valid[0], at, scale_log2, s, mx);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     st.max[h] = fmaxf(st.max[h], mx[h]);
@@ -360,10 +247,10 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, const PTiles& tiles
   }
   ptx::named_barrier_arrive(kWg0MaxReady, kConsumerThreads);
   uint32_t p[4][4];
-  exponentiate<Ops>(s, m_use, p_scale, st.l, p);
+  exponentiate(s, m_use, st.l, p);
   rescale(alpha, o);
-  // P0 goes to its tile only at the pair's max (below).
-  issue_products_rs_store_p<Ops, 0>(smem_u32(sm.kv[0]), p, nullptr, nullptr, at, o);
+  const uint32_t kv0 = smem_u32(sm.kv[0]);
+  issue_products_rs(kv0, 0, p, o);
   ptx::named_barrier_sync(kWg1MaxReady, kConsumerThreads);
   float beta[2];
 #pragma unroll
@@ -381,34 +268,31 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, const PTiles& tiles
     for (int i = 0; i < 32; i += 2) {
       uint32_t& pair_bits = p[i >> 3][(i >> 1) & 3];
       const float b = beta[(i >> 1) & 1];
-      const float2 f = Ops::unpack(pair_bits);
-      pair_bits = Ops::pack(f.x * b, f.y * b);
+      pair_bits = ptx::pack_bf16x2(__uint_as_float(pair_bits << 16) * b,
+                                   __uint_as_float(pair_bits & 0xffff0000u) * b);
     }
     rescale(beta, o);
   }
-  store_p<Ops, kSplitValues<Ops>>(tiles.p0, at, p, tiles.p0_tail);
+  store_p(p0_tile, at, p);
   ptx::named_barrier_arrive(kP0Ready, kConsumerThreads);
   ptx::named_barrier_sync(kP1Ready, kConsumerThreads);
   // K1 left: WG1's scores finished before P1 was ready.
-  products_ss_then_scores<kDqk, 0, 0, Prepare, Ops>(smem_u32(sm.kv[1]), smem_u32(tiles.p1), 0u, q,
-                                                    sm, has_next, (pair + 1) & 1, sm.empty[2], at,
-                                                    o, s);
+  products_ss_then_scores<kDqk, 0, Prepare>(smem_u32(sm.kv[1]), p1_tile, 0, q, sm, has_next,
+                                            (pair + 1) & 1, sm.empty[2], at, o, s);
 }
 
 // WG1's pair: S1 = Q K1^T -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 ->
 // O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R. last: the item's last pair
 // (Q is free once its scores are done).
-template <int kDqk, class Prepare, class Ops>
-__device__ __forceinline__ void consume_pair_wg1(uint32_t q, const PTiles& tiles,
-                                                 const ConsumerPlace& at,
-                                                 const float (&row_scale)[2], uint32_t pair,
-                                                 bool last, Smem<kDqk>& sm, RowState& st,
-                                                 float (&s)[32], float (&o)[128]) {
-  scores<kDqk, 1, Prepare, Ops>(q, sm, pair & 1, s);
+template <int kDqk, class Prepare = NoPrepare>
+__device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, uint32_t p0_tile,
+                                                 const ConsumerPlace& at, float scale_log2,
+                                                 uint32_t pair, bool last, Smem<kDqk>& sm,
+                                                 RowState& st, float (&s)[32], float (&o)[128]) {
+  scores<kDqk, 1, Prepare>(q, sm, pair & 1, s);
   if (last) release(sm.q_empty, at);
-  float mx[2], m_use[2], alpha[2], scale[2];
-  const float p_scale = block_scale<Ops, kDqk, 1>(row_scale, at, sm, scale);
-  mask_scores(sm.valid[1], at, scale, s, mx);
+  float mx[2], m_use[2], alpha[2];
+  mask_scores(sm.valid[1], at, scale_log2, s, mx);
   ptx::named_barrier_sync(kWg0MaxReady, kConsumerThreads);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -422,18 +306,18 @@ __device__ __forceinline__ void consume_pair_wg1(uint32_t q, const PTiles& tiles
   }
   ptx::named_barrier_arrive(kWg1MaxReady, kConsumerThreads);
   uint32_t p[4][4];
-  exponentiate<Ops>(s, m_use, p_scale, st.l, p);
+  exponentiate(s, m_use, st.l, p);
   rescale(alpha, o);
-  issue_products_rs_store_p<Ops, 1>(smem_u32(sm.kv[1]), p, tiles.p1, tiles.p1_tail, at, o);
+  issue_products_rs(smem_u32(sm.kv[1]), 1, p, o);
+  store_p(p1_tile, at, p);
   ptx::named_barrier_arrive(kP1Ready, kConsumerThreads);
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operands(o);
   release(sm.empty[3], at);  // K1 right: read by WG1 only
   ptx::named_barrier_sync(kP0Ready, kConsumerThreads);
   // K0 right: WG0's scores finished before P0 was ready.
-  products_ss_then_scores<kDqk, 1, 1, Prepare, Ops>(
-      smem_u32(sm.kv[0]), smem_u32(tiles.p0), kSplitValues<Ops> ? smem_u32(tiles.p0_tail) : 0u, q,
-      sm, false, 0, sm.empty[1], at, o, s);
+  products_ss_then_scores<kDqk, 1>(smem_u32(sm.kv[0]), p0_tile, 1, q, sm, false, 0, sm.empty[1], at,
+                                   o, s);
 }
 
 // A 4 x 4 transpose of 32-bit words across the four lanes of a quad (q = lane % 4): on return
@@ -460,35 +344,31 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], int q) {
 // One work item's pairs (num_pairs >= 0) from the CTA's ring pair `ring_pairs` on, its Q at phase
 // `item_count` of q_full: o and st hold the item's accumulators and row state on return. The
 // item's last scores free Q (q_empty, both warpgroups), so the producer may load the next item's.
-// scale_log2: the softmax scale x log2 e (f16 operands: Prepare::q puts it times each row's 2^-kq
-// into sm.q_scale).
-template <int kDqk, class Prepare = NoPrepare, class Ops = Bf16Operands>
-__device__ __forceinline__ void consume_item_pairs(uint32_t q, const PTiles& tiles,
+template <int kDqk, class Prepare = NoPrepare>
+__device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile, uint8_t* p1_tile,
                                                    const ConsumerPlace& at, float scale_log2,
                                                    int num_pairs, uint32_t ring_pairs,
                                                    uint32_t item_count, Smem<kDqk>& sm,
                                                    RowState& st, float (&o)[128]) {
-  ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
-  Prepare::q(sm, scale_log2);
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   // Scores of the warpgroup's next block: WG0's are computed ahead (in the previous pair's
   // tail), WG1's at the start of its pair. One array for both, so that the loop-carried one does
   // not stay live beside WG1's.
   float s[32];
-  const float row_scale[2] = {scale_log2, scale_log2};
-  if (num_pairs > 0 && at.wg == 0) scores<kDqk, 0, Prepare, Ops>(q, sm, ring_pairs & 1, s);
+  ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
+  if (num_pairs > 0 && at.wg == 0) scores<kDqk, 0, Prepare>(q, sm, ring_pairs & 1, s);
   for (int pair = 0; pair < num_pairs; ++pair) {
     const bool has_next = pair + 1 < num_pairs;
     const uint32_t ring_pair = ring_pairs + pair;
     if (at.wg == 0) {
       // WG0's last scores of the item are done: with WG1's, the producer may load the next Q.
       if (!has_next) release(sm.q_empty, at);
-      consume_pair_wg0<kDqk, Prepare, Ops>(q, tiles, at, row_scale, ring_pair, has_next, sm, st, s,
-                                           o);
+      consume_pair_wg0<kDqk, Prepare>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair,
+                                      has_next, sm, st, s, o);
     } else {
-      consume_pair_wg1<kDqk, Prepare, Ops>(q, tiles, at, row_scale, ring_pair, !has_next, sm, st, s,
-                                           o);
+      consume_pair_wg1<kDqk, Prepare>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair,
+                                      !has_next, sm, st, s, o);
     }
   }
   if (num_pairs == 0) release(sm.q_empty, at);

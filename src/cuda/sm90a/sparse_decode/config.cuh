@@ -42,17 +42,4 @@ inline constexpr int kConvertBarrier = 6;
 template <int kQuantDims, int kHalf>
 inline constexpr int kFp8Panels = kHalf == 0 ? kLeftPanels : kQuantDims / 64 - kLeftPanels;
 
-// A thread's 16-B raw units of a row of the half (unit u = dims 16 u .. 16 u + 15 of the half's
-// fp8 dims; it becomes chunks 2 (u % 4), +1 of fp8 panel u / 4): at most one in each conversion
-// phase. 4 panels: units c (phase 1) and c + 8 (phase 2); 3 panels: unit c in phase 1 for c < 4,
-// and c + 8 (c < 4) or c (c >= 4) in phase 2.
-template <int kPanels>
-struct HalfUnits {
-  static constexpr int kPhase1Units = 4 * (kPanels / 2);  // panels [0, kPanels / 2)
-  bool has_first;
-  int first, second;
-  __device__ __forceinline__ explicit HalfUnits(int c)
-      : has_first(c < kPhase1Units), first(c), second(c + 8 < 4 * kPanels ? c + 8 : c) {}
-};
-
 }  // namespace sparse_mla::cuda::sm90a_decode

@@ -46,7 +46,6 @@
 #include "cuda/sm90a/seesaw/cta.cuh"
 #include "cuda/sm90a/seesaw/producer_rows.cuh"
 #include "cuda/sm90a/sparse_decode/config.cuh"
-#include "cuda/sm90a/sparse_decode/f16_operands.cuh"
 #include "cuda/sm90a/sparse_decode/launch.h"
 #include "planning/decode_schedule_builder.h"
 
@@ -169,6 +168,19 @@ __device__ __forceinline__ const uint8_t* half_scale_source(const portable_decod
     return rows.scales;
   }
 }
+
+// A thread's 16-B raw units of a row of the half (unit u = dims 16 u .. 16 u + 15 of the half's
+// fp8 dims; it becomes chunks 2 (u % 4), +1 of fp8 panel u / 4): at most one in each conversion
+// phase. 4 panels: units c (phase 1) and c + 8 (phase 2); 3 panels: unit c in phase 1 for c < 4,
+// and c + 8 (c < 4) or c (c >= 4) in phase 2.
+template <int kPanels>
+struct HalfUnits {
+  static constexpr int kPhase1Units = 4 * (kPanels / 2);  // panels [0, kPanels / 2)
+  bool has_first;
+  int first, second;
+  __device__ __forceinline__ explicit HalfUnits(int c)
+      : has_first(c < kPhase1Units), first(c), second(c + 8 < 4 * kPanels ? c + 8 : c) {}
+};
 
 // Row r of a block: whether its slot is valid (0 <= index < the cache's slots) and its data and
 // scale rows (slot 0's, in bounds, for an invalid one).
@@ -349,28 +361,13 @@ __device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
   ptx::named_barrier_sync(barrier, kProducerThreads);
 }
 
-// The MMAs' operand types (seesaw/operands.cuh): f16 for v4_fp8's quantised dims (its power-of-two
-// scales apply exactly in f16, f16_operands.cuh), bf16 for v32_fp8 (any fp32 scale, applied in
-// fp32 and rounded once to bf16) and bf16 caches.
-template <class Traits>
-using DecodeOperands =
-    std::conditional_t<Traits::kFormat == KvCacheFormat::kV4Fp8, F16NopeOperands, Bf16Operands>;
-
 // The seesaw's hook between a half's landing and its scores (seesaw/consumers.cuh, Prepare): an
-// FP8 half is converted in place into the operands' type; a bf16 half is scored as it landed.
+// FP8 half is converted in place; a bf16 half is scored as it landed.
 template <class Traits>
 struct ConvertInScorer {
-  template <class SmemT>
-  __device__ __forceinline__ static void q(SmemT& sm, float scale_log2) {
-    if constexpr (DecodeOperands<Traits>::kF16) convert_q_f16(sm, scale_log2);
-  }
   template <int kStage, int kHalf, class SmemT>
   __device__ __forceinline__ static void half(SmemT& sm) {
-    if constexpr (DecodeOperands<Traits>::kF16) {
-      convert_half_f16<Traits, kStage, kHalf>(sm);
-    } else {
-      convert_half<Traits, kStage, kHalf>(sm);
-    }
+    convert_half<Traits, kStage, kHalf>(sm);
   }
 };
 template <class Traits>
@@ -468,15 +465,16 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
   const ConsumerPlace at(t);
   const float scale_log2 = p.softmax_scale * kLog2e;
   const uint32_t q = smem_u32(sm.q);
-  const PTiles tiles = p_tiles(sm);
+  uint8_t* p1_tile = sm.p[0];
+  uint8_t* p0_tile = kDqk == 576 ? sm.kv[0] + 8 * kPanelBytes : sm.p[kOwnPTiles<kDqk> - 1];
   uint32_t ring_pairs = 0;  // as the producer's
   uint32_t item_count = 0;
   for (int32_t query = part.begin_query; query <= part.end_query; ++query, ++item_count) {
     const Piece w(p, part, query);
     float o[128];
     RowState st;
-    consume_item_pairs<kDqk, ScorerPrepare<Traits>, DecodeOperands<Traits>>(
-        q, tiles, at, scale_log2, w.num_pairs, ring_pairs, item_count, sm, st, o);
+    consume_item_pairs<kDqk, ScorerPrepare<Traits>>(q, p0_tile, p1_tile, at, scale_log2,
+                                                    w.num_pairs, ring_pairs, item_count, sm, st, o);
     ring_pairs += w.num_pairs;
     store_piece(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets), head0,
                 at, st, o, sm.row_sum[item_count & 1]);

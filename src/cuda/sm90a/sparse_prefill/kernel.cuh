@@ -214,15 +214,16 @@ __device__ __forceinline__ void consume(const detail::PrefillParams& p, int head
   const ConsumerPlace at(t);
   const float scale_log2 = p.sm_scale * kLog2e;
   const uint32_t q = smem_u32(sm.q);
-  const PTiles tiles = p_tiles(sm);
+  uint8_t* p1_tile = sm.p[0];
+  uint8_t* p0_tile = kDqk == 576 ? sm.kv[0] + 8 * kPanelBytes : sm.p[kOwnPTiles<kDqk> - 1];
   uint32_t ring_pairs = 0;  // as the producer's
   uint32_t item_count = 0;
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
     const WorkItem w(p, head_groups, item);
     float o[128];
     RowState st;
-    consume_item_pairs<kDqk>(q, tiles, at, scale_log2, w.num_pairs, ring_pairs, item_count, sm, st,
-                             o);
+    consume_item_pairs<kDqk>(q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs,
+                             item_count, sm, st, o);
     ring_pairs += w.num_pairs;
     store_item(p, w.token, w.head0, w.num_pairs > 0, at, st, o, sm.row_sum[item_count & 1],
                sm.row_max[1]);
