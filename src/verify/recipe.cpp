@@ -36,7 +36,6 @@ enum Stream : uint64_t {
   kSink = 9,
   kOffsets = 10,
   kShared = 11,
-  kWideScales = 12,
 };
 
 // splitmix64: tiny state, good enough statistics, and cheap to seed per row.
@@ -176,16 +175,6 @@ void fill_row(uint16_t* row, int64_t d, Rng rng, float offset, bool clamp) {
     float x = rng.normal() * 0.1f + offset;
     if (clamp) x = std::clamp(x, -1.0f, 1.0f);
     row[j] = to_bf16(x);
-  }
-}
-
-// DecodeRecipe::wide_scales: `d` values (a q row, or a cache row in 64-dim tiles of `tile`
-// values) times 2^k, one k per tile drawn from [lo, hi] by `rng` (exact in bf16: powers of two).
-void scale_by_powers_of_two(uint16_t* row, int64_t d, int64_t tile, Rng rng, int lo, int hi) {
-  for (int64_t j0 = 0; j0 < d; j0 += tile) {
-    const float factor = std::ldexp(1.0f, lo + static_cast<int>(rng.below(hi - lo + 1)));
-    for (int64_t j = j0; j < std::min(d, j0 + tile); ++j)
-      row[j] = to_bf16(bf16_to_float(row[j]) * factor);
   }
 }
 
@@ -460,10 +449,6 @@ Status make_cache(const DecodeRecipe& r, KvCacheFormat format, KvLayout layout, 
         int64_t slot = b0 * page + t;
         if (r.poison_unused_rows && !referenced[slot]) continue;
         fill_row(&rows[t * d_qk], d_qk, Rng(r.seed, stream, slot), offset, false);
-        if (r.wide_scales) {
-          scale_by_powers_of_two(&rows[t * d_qk], d_qk, 64, Rng(r.seed, kWideScales + stream, slot),
-                                 -12, 20);
-        }
       }
       TensorView src = TensorView::contiguous(rows.data(), DType::kBFloat16, {nb, page, 1, d_qk});
       KvCacheView dst = *view;
@@ -627,11 +612,8 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
   parallel_ranges(nq * h_q, 64, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       int64_t qi = row / h_q, h = row % h_q;
-      uint16_t* q_row = &c->q[(qi / s_q) * q_stride_b + (qi % s_q) * q_stride_s + h * q_stride_h];
-      fill_row(q_row, d_qk, Rng(r.seed, kQ, row), q_offset, true);
-      if (r.wide_scales) {
-        scale_by_powers_of_two(q_row, d_qk, d_qk, Rng(r.seed, kWideScales, row), -24, 16);
-      }
+      fill_row(&c->q[(qi / s_q) * q_stride_b + (qi % s_q) * q_stride_s + h * q_stride_h], d_qk,
+               Rng(r.seed, kQ, row), q_offset, true);
     }
   });
   c->q_view = TensorView::strided(c->q.data(), DType::kBFloat16, {b, s_q, h_q, d_qk},

@@ -406,28 +406,6 @@ TEST(CpuDecode, DraftTokensShareIndices) {
   }
 }
 
-// q rows and cache tiles scaled by powers of two over a wide range (recipe wide_scales), every
-// format with its extra cache where it has one.
-TEST(CpuDecode, WideScales) {
-  for (KvCacheFormat f : {KvCacheFormat::kV32Fp8, KvCacheFormat::kV4Fp8, KvCacheFormat::kBf16,
-                          KvCacheFormat::kV41Fp8}) {
-    DecodeRecipe r;
-    r.format = f;
-    r.b = 3;
-    r.s_q = 2;
-    r.h_q = 16;
-    r.topk = 96;
-    r.extra_cache = f != KvCacheFormat::kV32Fp8 && f != KvCacheFormat::kBf16;
-    if (f == KvCacheFormat::kV41Fp8) r.extra_format = KvCacheFormat::kV41Fp4;
-    r.extra_topk = 64;
-    r.extra_page_block_size = 16;
-    r.wide_scales = true;
-    r.seed = 36;
-    SCOPED_TRACE(kv_cache_format_name(f));
-    expect_cpu_matches_reference(r);
-  }
-}
-
 TEST(CpuDecode, CacheSmallerThanTopk) {
   DecodeRecipe r;
   r.topk = 100;

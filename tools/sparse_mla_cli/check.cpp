@@ -94,8 +94,6 @@ verify::DecodeRecipe random_decode(std::mt19937_64& rng, uint64_t seed) {
   if (r.s_q > 1 && chance(rng, 0.3)) {
     r.shared_indices = std::uniform_real_distribution<double>(0.5, 0.9)(rng);
   }
-  // q rows and cache tiles over a wide range of powers of two (drawn last, as above).
-  r.wide_scales = chance(rng, 0.25);
   r.seed = seed;
   return r;
 }
@@ -128,7 +126,6 @@ std::string describe(const verify::DecodeRecipe& r) {
     }
   }
   if (r.shared_indices > 0) os << " shared_indices=" << r.shared_indices;
-  if (r.wide_scales) os << " wide_scales";
   os << (r.attn_sink ? " sink" : "") << (r.padded_strides ? " padded" : "")
      << (r.invalid_indices ? " invalid" : "") << (r.empty_queries ? " empty" : "")
      << (r.poison_unused_rows ? " poison" : "");

@@ -415,26 +415,6 @@ TEST_P(PortableDecode, DraftTokensShareIndices) {
 }
 
 // Many requests (and zero-length ones): a schedule with several queries per part.
-// q rows and cache tiles scaled by powers of two over a wide range (recipe wide_scales): on sm_90
-// the Hopper decode's f16 operands (v4_fp8) shift Q's rows and every block into f16's range, with
-// blocks whose tile scales span more than f16 holds.
-TEST_P(PortableDecode, WideScales) {
-  SMLA_SKIP_WITHOUT_GPU();
-  for (int64_t h_q : {16, 64, 128}) {
-    verify::DecodeRecipe r = base();
-    r.b = 4;
-    r.s_q = 2;
-    r.h_q = h_q;
-    r.topk = 200;
-    r.extra_cache = true;
-    r.extra_topk = 100;
-    r.extra_page_block_size = 16;
-    r.wide_scales = true;
-    r.seed = 700 + h_q;
-    check_case(r);
-  }
-}
-
 TEST_P(PortableDecode, ManyRequests) {
   SMLA_SKIP_WITHOUT_GPU();
   verify::DecodeRecipe r = base();

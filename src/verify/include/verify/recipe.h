@@ -58,11 +58,6 @@ struct DecodeRecipe {
   // tokens of one request share most of their rows, as in real traffic; 0 = independent lists.
   // In [0, 1]; queries drawn empty stay empty.
   double shared_indices = 0.0;
-  // Powers of two over a wide range: each q row (token, head) times 2^k, k in [-24, 16], and each
-  // 64-dim tile of each cache row times 2^k, k in [-12, 20] (the quantised tiles' scales from
-  // ~2^-23 to ~2^9, the bf16 RoPE dims alike), so that kernels that rescale operands into a narrow
-  // format (the Hopper decode's f16 path) meet every case of their shifts.
-  bool wide_scales = false;
   std::optional<float> softmax_scale;
   uint64_t seed = 1;
 };
