@@ -16,8 +16,9 @@
 # case prints the command that reruns it),
 # SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck synccheck
 # memcheck@sm90a-decode synccheck@sm90a-decode racecheck": TOOL@sm90a-decode runs the subset's
-# FP8 and bf16 decode tests with the Hopper decode forced; synccheck takes ~5 s and found the wide
-# exchange's bar.sync reached from two branches, fixed in e76e83d),
+# FP8 and bf16 decode tests with the Hopper decode forced, TOOL@sm90a-heads-in-n the same with
+# SMLA_DECODE_SM90A_HEADS_IN_N=1 too (not in the default list); synccheck takes ~5 s and found the
+# wide exchange's bar.sync reached from two branches, fixed in e76e83d),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json),
 # SMLA_GPU_CHECK_CODE: sm90a (default) builds what the H200 runs; sm80 builds the code an A100
@@ -216,6 +217,11 @@ for i in "${!SANITIZER_TOOLS[@]}"; do
   # default rule gives none of them (their launches are small), at every head count they have.
   if [[ $entry == *@sm90a-decode ]]; then
     tool_env=(SMLA_DECODE_SM90A=1)
+    filter=$SANITIZER_DECODE_SM90A_FILTER
+  fi
+  # TOOL@sm90a-heads-in-n: the same subset with the heads-in-N Hopper decode at 1..32 heads.
+  if [[ $entry == *@sm90a-heads-in-n ]]; then
+    tool_env=(SMLA_DECODE_SM90A=1 SMLA_DECODE_SM90A_HEADS_IN_N=1)
     filter=$SANITIZER_DECODE_SM90A_FILTER
   fi
   echo "==== $tool ${tool_env[*]} --gtest_filter=$filter" >>"$OUT_DIR/sanitizer.log"

@@ -20,20 +20,23 @@ struct ProducerPlace {
       : group(t >> 3), chunk(t & 7), swizzled_chunk_bytes(((t & 7) ^ ((t >> 3) & 7)) << 4) {}
 };
 
-// Panels [kFirst, kEnd) of the thread's four rows of a [64, d_qk] tile; row_source(r) gives row
-// r's readable address and whether it is valid (zero-filled where not). Called per row, so that
-// only one row's address is live at a time (the producer runs in 72 registers).
-template <int kFirst, int kEnd, class RowSource>
+// Panels [kFirst, kEnd) of the thread's rows at.group + 16 r, r < kRowGroups, of a
+// [16 kRowGroups, d_qk] tile whose panels lie kPanelStride bytes apart (a [64, d_qk] tile: 4 and
+// kPanelBytes; the heads-in-N decode's Q tile of 16 or 32 rows: 1 or 2 and 128 x its rows);
+// row_source(r) gives row r's readable address and whether it is valid (zero-filled where not).
+// Called per row, so that only one row's address is live at a time (the producer runs in 72
+// registers).
+template <int kFirst, int kEnd, int kRowGroups = 4, int kPanelStride = kPanelBytes, class RowSource>
 __device__ __forceinline__ void copy_rows(uint32_t tile, const ProducerPlace& at,
                                           RowSource&& row_source) {
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < kRowGroups; ++r) {
     const uint32_t row_base = tile + (at.group + 16 * r) * 128 + at.swizzled_chunk_bytes;
     bool valid;
     const uint8_t* row_src = row_source(r, &valid) + 16 * at.chunk;
 #pragma unroll
     for (int panel = kFirst; panel < kEnd; ++panel) {
-      ptx::cp_async_cg_16(row_base + panel * kPanelBytes, row_src + 128 * panel, valid ? 16u : 0u);
+      ptx::cp_async_cg_16(row_base + panel * kPanelStride, row_src + 128 * panel, valid ? 16u : 0u);
     }
   }
 }

@@ -1,0 +1,322 @@
+// The consumer warpgroups of the heads-in-N Hopper decode (heads_in_n_config.cuh): per block,
+// S^T = K Q^T, the column (head) softmax over the block's 64 keys, O^T += V^T P^T; per piece, the
+// merge of the two warpgroups' partial states and the store. Accumulator layout (m64nN, wgmma.cuh):
+// thread (warp w, lane l) of a warpgroup holds d[i] at row 16 w + l / 4 + 8 ((i >> 1) & 1) and
+// column 8 (i >> 2) + 2 (l % 4) + (i & 1): rows are keys (S^T) or dims (O^T), columns heads.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "cuda/device/online_softmax.cuh"
+#include "cuda/device/ptx/barrier.cuh"
+#include "cuda/device/ptx/cluster.cuh"  // mbarrier wait and arrive
+#include "cuda/device/ptx/mma.cuh"      // pack_bf16x2
+#include "cuda/device/ptx/warpgroup.cuh"
+#include "cuda/device/ptx/wgmma.cuh"
+#include "cuda/device/smem_tile.cuh"
+#include "cuda/portable/sparse_decode/piece_target.cuh"
+#include "cuda/sm90a/seesaw/consumers.cuh"  // kFirstScoreHalf
+#include "cuda/sm90a/sparse_decode/heads_in_n_config.cuh"
+
+namespace sparse_mla::cuda::sm90a_decode {
+
+// A consumer thread's place: warpgroup wg (0, 1; it takes ring stage wg), warp, lane; its two
+// rows (keys of S^T, dims of O^T within a 64-dim panel) and its kColumns heads.
+struct ColumnPlace {
+  int wg, warp, lane;
+  int row[2];  // accumulator i holds row[(i >> 1) & 1]
+  // wg through a shuffle, as ConsumerPlace does: warp-uniform, descriptors in uniform registers.
+  __device__ __forceinline__ explicit ColumnPlace(int t)
+      : wg(__shfl_sync(0xffffffffu, t >> 7, 0)), warp((t >> 5) & 3), lane(t & 31) {
+    row[0] = 16 * warp + (lane >> 2);
+    row[1] = row[0] + 8;
+  }
+  // Column j (j < kColumns) is accumulator i's with j = 2 (i >> 2) + (i & 1).
+  __device__ __forceinline__ int head(int j) const {
+    return 8 * (j >> 1) + 2 * (lane & 3) + (j & 1);
+  }
+};
+
+__device__ __forceinline__ constexpr int column_of(int i) { return 2 * (i >> 2) + (i & 1); }
+
+// One arrival per warp on `barrier` (an empty half-stage, q_empty) once the warp is done with it.
+__device__ __forceinline__ void arrive_per_warp(uint64_t& barrier, int lane) {
+  __syncwarp();
+  if (lane == 0) ptx::mbarrier_arrive(smem_u32(&barrier));
+}
+
+template <int kN, int kTransA>
+__device__ __forceinline__ void wgmma_n(float (&d)[kN / 2], uint64_t desc_a, uint64_t desc_b,
+                                        bool accumulate) {
+  if constexpr (kN == 16) {
+    ptx::wgmma_m64n16k16_ss<kTransA>(d, desc_a, desc_b, accumulate);
+  } else {
+    ptx::wgmma_m64n32k16_ss<kTransA>(d, desc_a, desc_b, accumulate);
+  }
+}
+
+// S^T (+)= K Q^T over the k-steps of panels [kFirst, kEnd): A = the stage tile (64 keys, K-major,
+// panels kPanelBytes apart), B = Q (kN heads, K-major, panels kN x 128 B apart).
+template <int kN, int kFirst, int kEnd, bool kOverwrite>
+__device__ __forceinline__ void issue_transposed_scores(uint32_t q, uint32_t kv,
+                                                        float (&s)[kN / 2]) {
+  const uint64_t desc_k = ptx::wgmma_desc_sw128(kv, 16, 1024);
+  const uint64_t desc_q = ptx::wgmma_desc_sw128(q, 16, 1024);
+#pragma unroll
+  for (int step = 4 * kFirst; step < 4 * kEnd; ++step) {
+    const uint32_t k_offset = ((step >> 2) * kPanelBytes + (step & 3) * 32) >> 4;
+    const uint32_t q_offset = ((step >> 2) * kN * 128 + (step & 3) * 32) >> 4;
+    wgmma_n<kN, 0>(s, desc_k + k_offset, desc_q + q_offset, !kOverwrite || step > 4 * kFirst);
+  }
+}
+
+// One half of stage kStage's scores once it has landed (and Prepare made it bf16).
+template <int kDqk, int kN, int kStage, int kHalf, bool kOverwrite, class Prepare, class SmemT>
+__device__ __forceinline__ void issue_transposed_score_half(uint32_t q, SmemT& sm, uint32_t parity,
+                                                            float (&s)[kN / 2]) {
+  const uint32_t kv = smem_u32(sm.kv[kStage]);
+  ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 * kStage + kHalf]), parity);
+  Prepare::template half<kStage, kHalf>(sm);
+  if constexpr (kHalf == 0) {
+    issue_transposed_scores<kN, 0, kLeftPanels, kOverwrite>(q, kv, s);
+  } else {
+    issue_transposed_scores<kN, kLeftPanels, kDqk / 64, kOverwrite>(q, kv, s);
+  }
+}
+
+// S^T of the warpgroup's block (stage kStage) at ring parity `parity`: the half the producer
+// fills first is converted and scored first, so its MMAs run while the other half converts.
+template <int kDqk, int kN, int kStage, class Prepare, class SmemT>
+__device__ __forceinline__ void transposed_scores(uint32_t q, SmemT& sm, uint32_t parity,
+                                                  float (&s)[kN / 2]) {
+  constexpr int kFirst = kFirstScoreHalf<kStage>;
+  ptx::wgmma_fence_operands(s);
+  ptx::wgmma_fence();
+  issue_transposed_score_half<kDqk, kN, kStage, kFirst, true, Prepare>(q, sm, parity, s);
+  issue_transposed_score_half<kDqk, kN, kStage, 1 - kFirst, false, Prepare>(q, sm, parity, s);
+  ptx::wgmma_commit_group();
+  ptx::wgmma_wait_group<0>();
+  ptx::wgmma_fence_operands(s);
+}
+
+// A warpgroup's state over its blocks of a piece: per column (head), the running max m (log2,
+// lazy as the seesaw's) and the thread's share l of the sums over its rows.
+template <int kN>
+struct ColumnState {
+  float m[HeadsInN<kN>::kColumns];
+  float l[HeadsInN<kN>::kColumns];
+  __device__ __forceinline__ ColumnState() {
+#pragma unroll
+    for (int j = 0; j < HeadsInN<kN>::kColumns; ++j) {
+      m[j] = -INFINITY;
+      l[j] = 0.0f;
+    }
+  }
+};
+
+// Scores to the log2 domain with invalid keys at -inf, and the block's max per column over its 64
+// keys: the thread's two rows, the warp's 16 (lanes l, l ^ 4, l ^ 8, l ^ 16 share columns), then
+// the warpgroup's four warps through column_max[parity] and a barrier of the warpgroup.
+template <int kN, class SmemT>
+__device__ __forceinline__ void column_maxima(SmemT& sm, const uint8_t* valid,
+                                              const ColumnPlace& at, uint32_t parity,
+                                              float scale_log2, float (&s)[kN / 2],
+                                              float (&mx)[HeadsInN<kN>::kColumns]) {
+  constexpr int kColumns = HeadsInN<kN>::kColumns;
+  const bool ok[2] = {valid[at.row[0]] != 0, valid[at.row[1]] != 0};
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) mx[j] = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    s[i] = ok[(i >> 1) & 1] ? s[i] * scale_log2 : -INFINITY;
+    mx[column_of(i)] = fmaxf(mx[column_of(i)], s[i]);
+  }
+  float(&warp_max)[4][kN] = sm.column_max[at.wg][parity];
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) {
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 4));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 8));
+    mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 16));
+    if (at.lane < 4) warp_max[at.warp][at.head(j)] = mx[j];
+  }
+  ptx::named_barrier_sync(kColumnBarrier + at.wg, kProducerThreads);
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) {
+    const int h = at.head(j);
+    mx[j] = fmaxf(fmaxf(warp_max[0][h], warp_max[1][h]), fmaxf(warp_max[2][h], warp_max[3][h]));
+  }
+}
+
+// Byte offset of element (head, key) in a swizzled [kN heads][64 keys] P^T tile.
+__device__ __forceinline__ uint32_t pt_offset(int head, int key) {
+  return head * 128 + ((((key >> 3) ^ (head & 7))) << 4) + (key & 7) * 2;
+}
+
+// P^T = 2^(S^T - m_use) into the warpgroup's P^T tile (bf16), added to the sums; then the async
+// proxy fence and the warpgroup's barrier, after which its products may read the tile.
+template <int kN>
+__device__ __forceinline__ void store_transposed_p(uint8_t* pt, const ColumnPlace& at,
+                                                   const float (&s)[kN / 2],
+                                                   const float (&m_use)[HeadsInN<kN>::kColumns],
+                                                   ColumnState<kN>& st) {
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) {
+    const int j = column_of(i);
+    const float p = fast_exp2(s[i] - m_use[j]);
+    st.l[j] += p;
+    *reinterpret_cast<uint16_t*>(pt + pt_offset(at.head(j), at.row[(i >> 1) & 1])) =
+        static_cast<uint16_t>(ptx::pack_bf16x2(p, 0.0f));
+  }
+  ptx::fence_proxy_async_shared();
+  ptx::named_barrier_sync(kColumnBarrier + at.wg, kProducerThreads);
+}
+
+// O^T[panels [kFirst, kEnd)] += V^T P^T: A = the stage tile's panel (64 dims x 16 keys per k-step,
+// read MN-major: the transpose of [keys][dims]), B = the P^T tile (K-major).
+template <int kN, int kFirst, int kEnd>
+__device__ __forceinline__ void issue_transposed_products(uint32_t kv, uint32_t pt,
+                                                          float (&o)[kValuePanels][kN / 2]) {
+  const uint64_t desc_p = ptx::wgmma_desc_sw128(pt, 16, 1024);
+#pragma unroll
+  for (int panel = kFirst; panel < kEnd; ++panel) {
+    const uint64_t desc_v = ptx::wgmma_desc_sw128(kv + panel * kPanelBytes, kPanelBytes, 1024);
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      wgmma_n<kN, 1>(o[panel], desc_v + ((16 * step * 128) >> 4), desc_p + ((32 * step) >> 4),
+                     true);
+    }
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void fence_outputs(float (&o)[kValuePanels][kN / 2]) {
+#pragma unroll
+  for (int panel = 0; panel < kValuePanels; ++panel) ptx::wgmma_fence_operands(o[panel]);
+}
+
+// One block of the warpgroup (stage kStage of ring pair `ring_pair`): scores, column softmax,
+// products; each half-stage is freed once the products that read it are done, the half the
+// producer refills first (kFirstScoreHalf) first. last: the piece's last block (its scores free Q).
+template <int kDqk, int kN, int kStage, class Prepare, class SmemT>
+__device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const ColumnPlace& at,
+                                              float scale_log2, uint32_t ring_pair, bool last,
+                                              ColumnState<kN>& st,
+                                              float (&o)[kValuePanels][kN / 2]) {
+  constexpr int kColumns = HeadsInN<kN>::kColumns;
+  constexpr int kFirst = kFirstScoreHalf<kStage>;
+  float s[kN / 2];
+  transposed_scores<kDqk, kN, kStage, Prepare>(q, sm, ring_pair & 1, s);
+  if (last) arrive_per_warp(sm.q_empty, at.lane);
+  float mx[kColumns], m_use[kColumns], alpha[kColumns];
+  column_maxima<kN>(sm, sm.valid[kStage], at, ring_pair & 1, scale_log2, s, mx);
+  bool rescale = false;
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) {
+    const RunningMaxStep step = advance_running_max_lazy(st.m[j], mx[j]);
+    m_use[j] = step.m_use;
+    alpha[j] = step.alpha;
+    st.l[j] *= alpha[j];
+    rescale |= alpha[j] != 1.0f;
+  }
+  if (rescale) {
+#pragma unroll
+    for (int panel = 0; panel < kValuePanels; ++panel) {
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) o[panel][i] *= alpha[column_of(i)];
+    }
+  }
+  uint8_t* pt = sm.pt[at.wg];
+  store_transposed_p<kN>(pt, at, s, m_use, st);
+  const uint32_t kv = smem_u32(sm.kv[kStage]);
+  fence_outputs<kN>(o);
+  ptx::wgmma_fence();
+  // Left half = panels 0-3 (dims 0-255), right half = panels 4-7 of V (the RoPE panel at d_qk 576
+  // is read by the scores only).
+  constexpr int kFirstBegin = kFirst == 0 ? 0 : kLeftPanels;
+  constexpr int kSecondBegin = kLeftPanels - kFirstBegin;
+  issue_transposed_products<kN, kFirstBegin, kFirstBegin + kLeftPanels>(kv, smem_u32(pt), o);
+  ptx::wgmma_commit_group();
+  issue_transposed_products<kN, kSecondBegin, kSecondBegin + kLeftPanels>(kv, smem_u32(pt), o);
+  ptx::wgmma_commit_group();
+  ptx::wgmma_wait_group<1>();
+  fence_outputs<kN>(o);
+  arrive_per_warp(sm.empty[2 * kStage + kFirst], at.lane);
+  ptx::wgmma_wait_group<0>();
+  fence_outputs<kN>(o);
+  arrive_per_warp(sm.empty[2 * kStage + 1 - kFirst], at.lane);
+}
+
+// The piece's end: the two warpgroups' states merged per head (M = max(m0, m1); each side's sums
+// and O^T scaled by 2^(m_w - M)), M and the merged sum into m and l. Warpgroup w keeps panels
+// [4 w, 4 w + 4) of O^T (dims 256 w ..), merged with the peer's part of them (through `merge`,
+// kMergePanels a round), in `keep`; o is dead on return (its registers free for the store). The
+// next piece's statistics barrier orders this piece's reads of `merge` before its writes.
+template <int kN, class SmemT>
+__device__ __forceinline__ void merge_warpgroups(SmemT& sm, const ColumnPlace& at,
+                                                 ColumnState<kN>& st,
+                                                 float (&o)[kValuePanels][kN / 2],
+                                                 float (&keep)[kLeftPanels][kN / 2],
+                                                 float (&m)[HeadsInN<kN>::kColumns],
+                                                 float (&l)[HeadsInN<kN>::kColumns]) {
+  constexpr int kColumns = HeadsInN<kN>::kColumns;
+  constexpr int kAcc = HeadsInN<kN>::kAccRegs;
+  constexpr int kPanels = HeadsInN<kN>::kMergePanels;
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) {
+    st.l[j] += __shfl_xor_sync(0xffffffffu, st.l[j], 4);
+    st.l[j] += __shfl_xor_sync(0xffffffffu, st.l[j], 8);
+    st.l[j] += __shfl_xor_sync(0xffffffffu, st.l[j], 16);
+    if (at.lane < 4) {
+      sm.column_sum[at.wg][at.warp][at.head(j)] = st.l[j];
+      if (at.warp == 0) sm.column_m[at.wg][at.head(j)] = st.m[j];
+    }
+  }
+  ptx::named_barrier_sync(kMergeBarrier, kConsumerThreads);
+  float own[kColumns];
+#pragma unroll
+  for (int j = 0; j < kColumns; ++j) {
+    const int h = at.head(j);
+    const float m0 = sm.column_m[0][h], m1 = sm.column_m[1][h];
+    m[j] = fmaxf(m0, m1);
+    const float m_use = usable_max(m[j]);
+    const float f0 = fast_exp2(m0 - m_use), f1 = fast_exp2(m1 - m_use);
+    float l0 = 0.0f, l1 = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      l0 += sm.column_sum[0][w][h];
+      l1 += sm.column_sum[1][w][h];
+    }
+    l[j] = l0 * f0 + l1 * f1;
+    own[j] = at.wg == 0 ? f0 : f1;
+  }
+  const int t = static_cast<int>(threadIdx.x) & (kConsumerThreads / 2 - 1);
+#pragma unroll
+  for (int round = 0; round < HeadsInN<kN>::kMergeRounds; ++round) {
+#pragma unroll
+    for (int k = 0; k < kPanels; ++k) {
+      const int low = round * kPanels + k;  // panel `low` goes to WG0, `low + 4` to WG1
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        const float send = at.wg == 0 ? o[low + kLeftPanels][i] : o[low][i];
+        sm.merge[at.wg][k * kAcc + i][t] = send * own[column_of(i)];
+      }
+    }
+    ptx::named_barrier_sync(kMergeBarrier, kConsumerThreads);
+#pragma unroll
+    for (int k = 0; k < kPanels; ++k) {
+      const int low = round * kPanels + k;
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) {
+        const float mine = at.wg == 0 ? o[low][i] : o[low + kLeftPanels][i];
+        keep[low][i] = mine * own[column_of(i)] + sm.merge[1 - at.wg][k * kAcc + i][t];
+      }
+    }
+    if (round + 1 < HeadsInN<kN>::kMergeRounds) {
+      ptx::named_barrier_sync(kMergeBarrier, kConsumerThreads);
+    }
+  }
+}
+
+
+}  // namespace sparse_mla::cuda::sm90a_decode
