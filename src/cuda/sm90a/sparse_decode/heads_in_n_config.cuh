@@ -2,9 +2,9 @@
 // (SMLA_DECODE_SM90A_HEADS_IN_N=1, 1..32 heads; docs/kernels/sm90a_sparse_decode.md). At 8-32
 // heads the seesaw pads its 64-row tile (the wgmma M) with zero heads and does 2-8x the MMA work
 // the heads need. Here the keys are the M dimension and the heads N (16 or 32):
-//   S^T [64 keys, N heads] = K Q^T    (m64nNk16: A = the block's bf16 tile, K-major; B = Q, K-major)
-//   O^T [512 dims, N heads] += V^T P^T (m64nNk16 per 64-dim panel: A = the same tile read
-//                                      MN-major, i.e. transposed; B = P^T from shared memory)
+// - S^T [64 keys, N heads] = K Q^T: m64nNk16, A = the block's bf16 tile (K-major), B = Q (K-major);
+// - O^T [512 dims, N heads] += V^T P^T: m64nNk16 per 64-dim panel, A = the same tile read
+//   MN-major (transposed), B = P^T from shared memory.
 // The producer, the ring of half-stages and the in-place conversion are the seesaw decode's
 // (kernel.cuh: produce, ConvertInScorer); the Q tile holds N rows. The two consumer warpgroups do
 // not share blocks: WG w takes ring stage w of every pair (block 2 i + w of the piece), converts
@@ -46,17 +46,17 @@ struct HeadsInN {
 // seesaw's plan, so the instantiation's shared-memory size stays the seesaw's).
 template <int kDqk, int kN>
 struct HeadsInNSmem {
-  static constexpr int kQRows = kN;               // the producer's Q copy (kernel.cuh, produce)
-  static constexpr int kQPanelBytes = kN * 128;   // [kN heads][64 dims] per panel
-  alignas(1024) uint8_t q[kDqk / 64][kQPanelBytes];    // Q [kN, d_qk] bf16, swizzled panels
+  static constexpr int kQRows = kN;                  // the producer's Q copy (kernel.cuh, produce)
+  static constexpr int kQPanelBytes = kN * 128;      // [kN heads][64 dims] per panel
+  alignas(1024) uint8_t q[kDqk / 64][kQPanelBytes];  // Q [kN, d_qk] bf16, swizzled panels
   alignas(1024) uint8_t kv[kStages][kTileBytes<kDqk>];  // the seesaw's ring
   // P^T of warpgroup w's current block: [kN heads][64 keys] bf16, one swizzled panel of kN rows.
   alignas(1024) uint8_t pt[2][kN * 128];
   // The piece-end exchange: [sender wg][element][thread of the warpgroup], one round's panels.
   float merge[2][HeadsInN<kN>::kMergePanels * HeadsInN<kN>::kAccRegs][kConsumerThreads / 2];
-  float column_max[2][2][4][kN];  // [wg][block parity][warp][head]: a block's per-warp maxima
-  float column_sum[2][4][kN];     // [wg][warp][head]: the piece's per-warp row sums
-  float column_m[2][kN];          // [wg][head]: the piece's running max
+  float column_max[2][2][4][kN];       // [wg][block parity][warp][head]: a block's per-warp maxima
+  float column_sum[2][4][kN];          // [wg][warp][head]: the piece's per-warp row sums
+  float column_m[2][kN];               // [wg][head]: the piece's running max
   uint8_t valid[kStages][kBlockKeys];  // [stage][key] slot validity (the producer's flags)
   alignas(8) uint64_t full[2 * kStages];
   uint64_t empty[2 * kStages];

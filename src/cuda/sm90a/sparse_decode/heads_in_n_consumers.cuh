@@ -318,5 +318,4 @@ __device__ __forceinline__ void merge_warpgroups(SmemT& sm, const ColumnPlace& a
   }
 }
 
-
 }  // namespace sparse_mla::cuda::sm90a_decode

@@ -16,10 +16,10 @@
 
 namespace sparse_mla::cuda::sm90a_decode {
 
-// The warpgroup's half of the merged output (`keep`: panels [4 wg, 4 wg + 4)) through the split kernel's
-// targets (portable_decode::PieceTarget): an unsplit query's bf16 out with the sink and its lse,
-// or a split piece's fp32 partial normalised by its sum and its log2 lse. Each element is its own
-// store (a thread's accumulators hold two dims of each of its heads).
+// The warpgroup's half of the merged output (`keep`: panels [4 wg, 4 wg + 4)) through the split
+// kernel's targets (portable_decode::PieceTarget): an unsplit query's bf16 out with the sink and
+// its lse, or a split piece's fp32 partial normalised by its sum and its log2 lse. Each element is
+// its own store (a thread's accumulators hold two dims of each of its heads).
 template <int kN>
 __device__ __forceinline__ void store_transposed_piece(const DecodeLaunch& launch, const Piece& w,
                                                        int32_t slot, int head0,
@@ -36,7 +36,8 @@ __device__ __forceinline__ void store_transposed_piece(const DecodeLaunch& launc
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
     const int h = at.head(j);
-    scale[j] = h < heads ? portable_decode::finish_row(to, head0 + h, m[j], l[j], writes_lse) : 0.0f;
+    scale[j] =
+        h < heads ? portable_decode::finish_row(to, head0 + h, m[j], l[j], writes_lse) : 0.0f;
   }
   // Element (head h, dim 256 wg + 64 k + row) of the query's out row or the piece's partial row.
   const auto store_all = [&](auto* base, int64_t head_stride, auto&& convert) {
@@ -54,14 +55,13 @@ __device__ __forceinline__ void store_transposed_piece(const DecodeLaunch& launc
   };
   const int first_dim = 64 * kLeftPanels * at.wg;
   if (slot < 0) {
-    store_all(p.out + w.b * p.out_stride_b + w.s * p.out_stride_s + head0 * p.out_stride_h +
-                  first_dim,
-              p.out_stride_h,
-              [](float v) { return static_cast<uint16_t>(ptx::pack_bf16x2(v, 0.0f)); });
+    store_all(
+        p.out + w.b * p.out_stride_b + w.s * p.out_stride_s + head0 * p.out_stride_h + first_dim,
+        p.out_stride_h, [](float v) { return static_cast<uint16_t>(ptx::pack_bf16x2(v, 0.0f)); });
   } else {
-    store_all(launch.partial_out + (static_cast<int64_t>(slot) * p.problem.h_q + head0) * 512 +
-                  first_dim,
-              int64_t{512}, [](float v) { return v; });
+    store_all(
+        launch.partial_out + (static_cast<int64_t>(slot) * p.problem.h_q + head0) * 512 + first_dim,
+        int64_t{512}, [](float v) { return v; });
   }
 }
 
@@ -100,8 +100,8 @@ __device__ __forceinline__ void consume_heads_in_n(const DecodeLaunch& launch,
     ring_pairs += w.num_pairs;
     float keep[kLeftPanels][kN / 2], m[HeadsInN<kN>::kColumns], l[HeadsInN<kN>::kColumns];
     merge_warpgroups<kN>(sm, at, st, o, keep, m, l);
-    store_transposed_piece<kN>(launch,
-                               w, planning::piece_partial_slot(part, query, launch.split_offsets),
+    store_transposed_piece<kN>(launch, w,
+                               planning::piece_partial_slot(part, query, launch.split_offsets),
                                head0, at, keep, m, l);
   }
 }
