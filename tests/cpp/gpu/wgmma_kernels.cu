@@ -37,9 +37,9 @@ __global__ void transposed_wgmma_kernel(const uint16_t* k, const uint16_t* q, co
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base = smem_raw + ((1024 - (cuda::smem_u32(smem_raw) & 1023)) & 1023);
-  uint8_t* kv = base;                      // [64][kDqk], panels of 8 KiB
-  uint8_t* qs = kv + kKeys * kDqk * 2;     // [kN][kDqk], panels of kN x 128 B
-  uint8_t* pts = qs + kN * kDqk * 2;       // [kN][64]
+  uint8_t* kv = base;                   // [64][kDqk], panels of 8 KiB
+  uint8_t* qs = kv + kKeys * kDqk * 2;  // [kN][kDqk], panels of kN x 128 B
+  uint8_t* pts = qs + kN * kDqk * 2;    // [kN][64]
   place_rows<kKeys>(kv, k, kDqk);
   place_rows<kN>(qs, q, kDqk);
   place_rows<kN>(pts, pt, kKeys);

@@ -96,8 +96,7 @@ TEST_P(TransposedWgmma, ScoresAndProductsMatchTheHost) {
       }
       const float got = result.products[static_cast<size_t>(dim) * heads + h];
       if (got != want && ++wrong <= 16) {
-        ADD_FAILURE() << "O^T[dim " << dim << "][head " << h << "] = " << got << ", want "
-                      << want;
+        ADD_FAILURE() << "O^T[dim " << dim << "][head " << h << "] = " << got << ", want " << want;
       }
     }
   }

@@ -28,6 +28,7 @@ using namespace ::sparse_mla::cuda::sm90a;
 // kMergeBarrier over the 256 consumer threads (the piece's end).
 inline constexpr int kColumnBarrier = 8;
 inline constexpr int kMergeBarrier = 10;
+inline constexpr int kWarpgroupThreads = kConsumerThreads / 2;
 
 inline constexpr int kValuePanels = 512 / 64;  // d_v: the M tiles of O^T
 
@@ -42,7 +43,7 @@ struct HeadsInN {
 };
 
 // Shared memory at d_qk 576 and N 16 / 32: Q 18,432 / 36,864 + 2 x 73,728 of ring + P^T 4,096 /
-// 8,192 + merge 32,768 + statistics and validity + barriers (static_assert below: within the
+// 8,192 + merge 32,768 + statistics, validity and barriers (static_assert below: within the
 // seesaw's plan, so the instantiation's shared-memory size stays the seesaw's).
 template <int kDqk, int kN>
 struct HeadsInNSmem {
@@ -54,7 +55,7 @@ struct HeadsInNSmem {
   alignas(1024) uint8_t pt[2][kN * 128];
   // The piece-end exchange: [sender wg][element][thread of the warpgroup], one round's panels.
   float merge[2][HeadsInN<kN>::kMergePanels * HeadsInN<kN>::kAccRegs][kConsumerThreads / 2];
-  float column_max[2][2][4][kN];       // [wg][block parity][warp][head]: a block's per-warp maxima
+  float column_max[2][4][kN];          // [wg][warp][head]: a block's per-warp maxima
   float column_sum[2][4][kN];          // [wg][warp][head]: the piece's per-warp row sums
   float column_m[2][kN];               // [wg][head]: the piece's running max
   uint8_t valid[kStages][kBlockKeys];  // [stage][key] slot validity (the producer's flags)

@@ -117,11 +117,12 @@ struct ColumnState {
 
 // Scores to the log2 domain with invalid keys at -inf, and the block's max per column over its 64
 // keys: the thread's two rows, the warp's 16 (lanes l, l ^ 4, l ^ 8, l ^ 16 share columns), then
-// the warpgroup's four warps through column_max[parity] and a barrier of the warpgroup.
-template <int kN, class SmemT>
+// the warpgroup's four warps through column_max[kWg] and a barrier of the warpgroup (the next
+// block's writes come after the P^T barrier, which every read here precedes).
+template <int kN, int kWg, class SmemT>
 __device__ __forceinline__ void column_maxima(SmemT& sm, const uint8_t* valid,
-                                              const ColumnPlace& at, uint32_t parity,
-                                              float scale_log2, float (&s)[kN / 2],
+                                              const ColumnPlace& at, float scale_log2,
+                                              float (&s)[kN / 2],
                                               float (&mx)[HeadsInN<kN>::kColumns]) {
   constexpr int kColumns = HeadsInN<kN>::kColumns;
   const bool ok[2] = {valid[at.row[0]] != 0, valid[at.row[1]] != 0};
@@ -132,7 +133,7 @@ __device__ __forceinline__ void column_maxima(SmemT& sm, const uint8_t* valid,
     s[i] = ok[(i >> 1) & 1] ? s[i] * scale_log2 : -INFINITY;
     mx[column_of(i)] = fmaxf(mx[column_of(i)], s[i]);
   }
-  float(&warp_max)[4][kN] = sm.column_max[at.wg][parity];
+  float(&warp_max)[4][kN] = sm.column_max[kWg];
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 4));
@@ -140,7 +141,7 @@ __device__ __forceinline__ void column_maxima(SmemT& sm, const uint8_t* valid,
     mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], 16));
     if (at.lane < 4) warp_max[at.warp][at.head(j)] = mx[j];
   }
-  ptx::named_barrier_sync(kColumnBarrier + at.wg, kProducerThreads);
+  ptx::named_barrier_sync(kColumnBarrier + kWg, kWarpgroupThreads);
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
     const int h = at.head(j);
@@ -155,7 +156,7 @@ __device__ __forceinline__ uint32_t pt_offset(int head, int key) {
 
 // P^T = 2^(S^T - m_use) into the warpgroup's P^T tile (bf16), added to the sums; then the async
 // proxy fence and the warpgroup's barrier, after which its products may read the tile.
-template <int kN>
+template <int kN, int kWg>
 __device__ __forceinline__ void store_transposed_p(uint8_t* pt, const ColumnPlace& at,
                                                    const float (&s)[kN / 2],
                                                    const float (&m_use)[HeadsInN<kN>::kColumns],
@@ -169,7 +170,7 @@ __device__ __forceinline__ void store_transposed_p(uint8_t* pt, const ColumnPlac
         static_cast<uint16_t>(ptx::pack_bf16x2(p, 0.0f));
   }
   ptx::fence_proxy_async_shared();
-  ptx::named_barrier_sync(kColumnBarrier + at.wg, kProducerThreads);
+  ptx::named_barrier_sync(kColumnBarrier + kWg, kWarpgroupThreads);
 }
 
 // O^T[panels [kFirst, kEnd)] += V^T P^T: A = the stage tile's panel (64 dims x 16 keys per k-step,
@@ -189,10 +190,11 @@ __device__ __forceinline__ void issue_transposed_products(uint32_t kv, uint32_t 
   }
 }
 
-template <int kN>
+// Orders the compiler's accesses of O^T's panels [kFirst, kEnd) against the async MMAs.
+template <int kN, int kFirst = 0, int kEnd = kValuePanels>
 __device__ __forceinline__ void fence_outputs(float (&o)[kValuePanels][kN / 2]) {
 #pragma unroll
-  for (int panel = 0; panel < kValuePanels; ++panel) ptx::wgmma_fence_operands(o[panel]);
+  for (int panel = kFirst; panel < kEnd; ++panel) ptx::wgmma_fence_operands(o[panel]);
 }
 
 // One block of the warpgroup (stage kStage of ring pair `ring_pair`): scores, column softmax,
@@ -209,7 +211,7 @@ __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const Colum
   transposed_scores<kDqk, kN, kStage, Prepare>(q, sm, ring_pair & 1, s);
   if (last) arrive_per_warp(sm.q_empty, at.lane);
   float mx[kColumns], m_use[kColumns], alpha[kColumns];
-  column_maxima<kN>(sm, sm.valid[kStage], at, ring_pair & 1, scale_log2, s, mx);
+  column_maxima<kN, kStage>(sm, sm.valid[kStage], at, scale_log2, s, mx);
   bool rescale = false;
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
@@ -226,8 +228,8 @@ __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const Colum
       for (int i = 0; i < kN / 2; ++i) o[panel][i] *= alpha[column_of(i)];
     }
   }
-  uint8_t* pt = sm.pt[at.wg];
-  store_transposed_p<kN>(pt, at, s, m_use, st);
+  uint8_t* pt = sm.pt[kStage];  // WG kStage's
+  store_transposed_p<kN, kStage>(pt, at, s, m_use, st);
   const uint32_t kv = smem_u32(sm.kv[kStage]);
   fence_outputs<kN>(o);
   ptx::wgmma_fence();
@@ -240,7 +242,7 @@ __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const Colum
   issue_transposed_products<kN, kSecondBegin, kSecondBegin + kLeftPanels>(kv, smem_u32(pt), o);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<1>();
-  fence_outputs<kN>(o);
+  fence_outputs<kN, kFirstBegin, kFirstBegin + kLeftPanels>(o);
   arrive_per_warp(sm.empty[2 * kStage + kFirst], at.lane);
   ptx::wgmma_wait_group<0>();
   fence_outputs<kN>(o);
