@@ -209,7 +209,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "sm90a_sparse_prefill": Family(
         has_format=False,
-        kernel_header=lambda k: "cuda/sm90a/sparse_prefill/kernel.cuh",
+        kernel_header=lambda k: "cuda/sm90a/sparse_prefill/launch.cuh",
         namespace="sparse_mla::cuda::sm90a_prefill",
         instantiations=lambda k: [
             f"template int sm90a_prefill_smem_bytes<{k.d_qk}>();",

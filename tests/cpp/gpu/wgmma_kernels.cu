@@ -9,13 +9,13 @@
 #include "cuda/device/ptx/warpgroup.cuh"
 #include "cuda/device/ptx/wgmma.cuh"
 #include "cuda/device/smem_tile.cuh"
-#include "cuda/sm90a/sparse_decode/heads_in_n_consumers.cuh"
+#include "cuda/sm90a/heads_in_n/consumers.cuh"
 #include "gpu/wgmma_kernels.h"
 
 namespace sparse_mla::test_support {
 namespace {
 
-using cuda::sm90a_decode::kValuePanels;
+using cuda::sm90a::kValuePanels;
 
 constexpr uint32_t kRan = 1;
 constexpr uint32_t kNoSm90aCode = 2;
@@ -49,8 +49,8 @@ __global__ void transposed_wgmma_kernel(const uint16_t* k, const uint16_t* q, co
   float s[kN / 2];
   cuda::ptx::wgmma_fence_operands(s);
   cuda::ptx::wgmma_fence();
-  cuda::sm90a_decode::issue_transposed_scores<kN, 0, kDqk / 64, true>(cuda::smem_u32(qs),
-                                                                      cuda::smem_u32(kv), s);
+  cuda::sm90a::issue_transposed_scores<kN, 0, kDqk / 64, true>(cuda::smem_u32(qs),
+                                                               cuda::smem_u32(kv), s);
   cuda::ptx::wgmma_commit_group();
   cuda::ptx::wgmma_wait_group<0>();
   cuda::ptx::wgmma_fence_operands(s);
@@ -61,13 +61,13 @@ __global__ void transposed_wgmma_kernel(const uint16_t* k, const uint16_t* q, co
 #pragma unroll
     for (int i = 0; i < kN / 2; ++i) o[panel][i] = 0.0f;
   }
-  cuda::sm90a_decode::fence_outputs<kN>(o);
+  cuda::sm90a::fence_outputs<kN>(o);
   cuda::ptx::wgmma_fence();
-  cuda::sm90a_decode::issue_transposed_products<kN, 0, kValuePanels>(cuda::smem_u32(kv),
-                                                                     cuda::smem_u32(pts), o);
+  cuda::sm90a::issue_transposed_products<kN, 0, kValuePanels>(cuda::smem_u32(kv),
+                                                              cuda::smem_u32(pts), o);
   cuda::ptx::wgmma_commit_group();
   cuda::ptx::wgmma_wait_group<0>();
-  cuda::sm90a_decode::fence_outputs<kN>(o);
+  cuda::sm90a::fence_outputs<kN>(o);
 
   // The accumulator layout (wgmma.cuh): d[i] at row 16 w + l / 4 + 8 ((i >> 1) & 1), column
   // 8 (i >> 2) + 2 (l % 4) + (i & 1).

@@ -1,5 +1,5 @@
 // Host side of the transposed wgmma checks (wgmma_kernels.cu): the heads-in-N decode's two MMA
-// steps (sm90a/sparse_decode/heads_in_n_consumers.cuh), run by one warpgroup on tiles laid out as
+// steps (sm90a/heads_in_n/consumers.cuh), run by one warpgroup on tiles laid out as
 // the kernel lays them out, against the same products on the host. Compiled only into CUDA builds
 // of sparse_mla_gpu_tests.
 #pragma once

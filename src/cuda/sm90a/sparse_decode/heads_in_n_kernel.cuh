@@ -1,17 +1,18 @@
-// The heads-in-N Hopper decode kernel (heads_in_n_config.cuh; SMLA_DECODE_SM90A_HEADS_IN_N=1,
+// The heads-in-N Hopper decode kernel (sm90a/heads_in_n/config.cuh; SMLA_DECODE_SM90A_HEADS_IN_N=1,
 // 1..32 heads): the seesaw decode's grid, schedule, producer and conversion (kernel.cuh) with
-// consumers that put the heads in the wgmma N dimension (heads_in_n_consumers.cuh). Grid (parts,
-// 1): CTA `part` walks its pieces; per piece WG0 takes the blocks in ring stage 0 and WG1 those in
-// stage 1, the two merge at the piece's end and each stores half of the output dims.
+// consumers that put the heads in the wgmma N dimension (sm90a/heads_in_n/consumers.cuh). Grid
+// (parts, 1): CTA `part` walks its pieces; per piece WG0 takes the blocks in ring stage 0 and WG1
+// those in stage 1, the two merge at the piece's end and each stores half of the output dims.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cuda/portable/sparse_decode/piece_target.cuh"
+#include "cuda/sm90a/heads_in_n/config.cuh"
+#include "cuda/sm90a/heads_in_n/consumers.cuh"
 #include "cuda/sm90a/seesaw/cta.cuh"
-#include "cuda/sm90a/sparse_decode/heads_in_n_config.cuh"
-#include "cuda/sm90a/sparse_decode/heads_in_n_consumers.cuh"
 #include "cuda/sm90a/sparse_decode/kernel.cuh"
 
 namespace sparse_mla::cuda::sm90a_decode {
@@ -98,8 +99,9 @@ __device__ __forceinline__ void consume_heads_in_n(const DecodeLaunch& launch,
     }
     if (w.num_pairs == 0) arrive_per_warp(sm.q_empty, at.lane);
     ring_pairs += w.num_pairs;
-    float keep[kLeftPanels][kN / 2], m[HeadsInN<kN>::kColumns], l[HeadsInN<kN>::kColumns];
-    merge_warpgroups<kN>(sm, at, st, o, keep, m, l);
+    float keep[kLeftPanels][kN / 2], m[HeadsInN<kN>::kColumns], l[HeadsInN<kN>::kColumns],
+        unused_max[HeadsInN<kN>::kColumns];
+    merge_warpgroups<kN, false>(sm, at, st, o, keep, m, l, unused_max);
     store_transposed_piece<kN>(launch, w,
                                planning::piece_partial_slot(part, query, launch.split_offsets),
                                head0, at, keep, m, l);

@@ -14,7 +14,7 @@
 
 namespace sparse_mla::cuda::sm90a_decode {
 
-// The seesaw's plan is the larger (heads_in_n_config.cuh asserts it), so it sizes the
+// The seesaw's plan is the larger (sm90a/heads_in_n/config.cuh asserts it), so it sizes the
 // instantiation's shared memory.
 template <KvCacheFormat kFormat, int kDqk>
 int sm90a_decode_smem_bytes() {

@@ -68,10 +68,10 @@ __device__ __forceinline__ BlockRows block_rows(const portable_prefill::TokenSlo
 // wait until its readers freed it, then (the index loads had the wait to land) check the slots
 // (valid iff 0 <= index < s_kv), write the stage's validity flags with its first half, copy, and
 // arrive on its full barrier when the copies land.
-template <int kDqk, int kStage, int kHalf>
+template <int kDqk, int kStage, int kHalf, class SmemT>
 __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, const BlockRows& rows,
                                              const ProducerPlace& at, uint32_t ring_pair,
-                                             bool writes_flags, Smem<kDqk>& sm) {
+                                             bool writes_flags, SmemT& sm) {
   constexpr int kBarrier = 2 * kStage + kHalf;
   if (ring_pair > 0) {
     ptx::mbarrier_wait_parity(smem_u32(&sm.empty[kBarrier]), (ring_pair - 1) & 1);
@@ -113,9 +113,11 @@ struct WorkItem {
         num_pairs((slots.num_blocks + 1) / 2) {}
 };
 
-template <int kDqk>
+// SmemT: the seesaw's plan, or the heads-in-N prefill's (heads_in_n_kernel.cuh), whose Q tile
+// has SmemT::kQRows rows and panels SmemT::kQPanelBytes apart.
+template <int kDqk, class SmemT>
 __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head_groups,
-                                        int64_t num_items, int t, Smem<kDqk>& sm) {
+                                        int64_t num_items, int t, SmemT& sm) {
   const ProducerPlace at(t);
   uint32_t ring_pairs = 0;  // pairs of the items before this one: the ring's phase
   uint32_t item_count = 0;
@@ -128,11 +130,13 @@ __device__ __forceinline__ void produce(const detail::PrefillParams& p, int head
     // they finish that item's products and store its output.
     if (item_count > 0) ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
     const uint8_t* token_q = reinterpret_cast<const uint8_t*>(p.q + w.token * p.q_stride_s);
-    copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
-      const int head = w.head0 + at.group + 16 * r;
-      *valid = head < p.problem.h_q;
-      return token_q + (*valid ? head : 0) * p.q_stride_h * 2;
-    });
+    static_assert(SmemT::kQRows % 16 == 0 && SmemT::kQRows <= kHeadRows);
+    copy_rows<0, kDqk / 64, SmemT::kQRows / 16, SmemT::kQPanelBytes>(
+        smem_u32(sm.q), at, [&](int r, bool* valid) {
+          const int head = w.head0 + at.group + 16 * r;
+          *valid = head < p.problem.h_q;
+          return token_q + (*valid ? head : 0) * p.q_stride_h * 2;
+        });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
     for (int pair = 0; pair < w.num_pairs; ++pair) {
       // The order the consumers free the halves in (see consume).
@@ -251,26 +255,34 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 template <int kDqk>
-int sm90a_prefill_smem_bytes() {
-  return static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
-}
+inline constexpr int kSeesawPrefillSmemBytes = static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
 
-template <int kDqk>
-Status launch_sm90a_sparse_prefill(const detail::PrefillParams& p, cudaStream_t stream) {
-  const int head_groups = static_cast<int>((p.problem.h_q + kHeadRows - 1) / kHeadRows);
-  const int64_t num_items = p.problem.s_q * head_groups;
+// A persistent grid, one CTA per SM (no more than there are items, SMLA_PREFILL_SM90A_CTAS caps
+// it): each CTA walks its items with the ring and the barriers carried over, so an item's Q and
+// first rows load under the previous item's last products and output. 0 for no items.
+inline Status persistent_prefill_grid(const detail::PrefillParams& p, int64_t num_items,
+                                      int64_t* grid) {
+  *grid = 0;
   if (num_items == 0) return {};
-  // A persistent grid, one CTA per SM (no more than there are items): each CTA walks its items
-  // with the ring and the barriers carried over, so an item's Q and first rows load under the
-  // previous item's last products and output.
   DeviceLimits limits;
   std::string why_not;
   if (!device_limits(p.problem.device.index, &limits, &why_not)) {
     return unsupported("sm90a sparse prefill: " + why_not);
   }
   const int64_t ctas = cuda_knobs().prefill_sm90a_ctas.value.value_or(limits.sm_count);
-  const int64_t grid = std::min<int64_t>(num_items, ctas);
-  const int smem = sm90a_prefill_smem_bytes<kDqk>();
+  *grid = std::min<int64_t>(num_items, ctas);
+  return {};
+}
+
+// The seesaw prefill: items of (token, 64-head group).
+template <int kDqk>
+Status launch_seesaw_prefill(const detail::PrefillParams& p, cudaStream_t stream) {
+  const int head_groups = static_cast<int>((p.problem.h_q + kHeadRows - 1) / kHeadRows);
+  const int64_t num_items = p.problem.s_q * head_groups;
+  int64_t grid;
+  SMLA_RETURN_IF_ERROR(persistent_prefill_grid(p, num_items, &grid));
+  if (grid == 0) return {};
+  constexpr int smem = kSeesawPrefillSmemBytes<kDqk>;
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_prefill_kernel<kDqk>, smem));
   sm90a_sparse_prefill_kernel<kDqk>
       <<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(p, head_groups, num_items);

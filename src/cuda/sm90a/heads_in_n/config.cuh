@@ -1,29 +1,30 @@
-// Shared-memory plan and constants of the Hopper decode with the heads in the wgmma N dimension
-// (SMLA_DECODE_SM90A_HEADS_IN_N=1, 1..32 heads; docs/kernels/sm90a_sparse_decode.md). At 8-32
-// heads the seesaw pads its 64-row tile (the wgmma M) with zero heads and does 2-8x the MMA work
-// the heads need. Here the keys are the M dimension and the heads N (16 or 32):
+// Shared-memory plan and constants of the Hopper kernels with the heads in the wgmma N dimension
+// (1..32 heads: the decode with SMLA_DECODE_SM90A_HEADS_IN_N=1,
+// sparse_decode/heads_in_n_kernel.cuh, and the prefill with SMLA_PREFILL_SM90A_HEADS_IN_N=1,
+// sparse_prefill/heads_in_n_kernel.cuh; docs/kernels/sm90a_sparse_decode.md). At 8-32 heads the
+// seesaw pads its 64-row tile (the wgmma M) with zero heads and does 2-8x the MMA work the heads
+// need. Here the keys are the M dimension and the heads N (16 or 32):
 // - S^T [64 keys, N heads] = K Q^T: m64nNk16, A = the block's bf16 tile (K-major), B = Q (K-major);
 // - O^T [512 dims, N heads] += V^T P^T: m64nNk16 per 64-dim panel, A = the same tile read
 //   MN-major (transposed), B = P^T from shared memory.
-// The producer, the ring of half-stages and the in-place conversion are the seesaw decode's
-// (kernel.cuh: produce, ConvertInScorer); the Q tile holds N rows. The two consumer warpgroups do
-// not share blocks: WG w takes ring stage w of every pair (block 2 i + w of the piece), converts
-// it, scores it, takes the column (head) maxima over its 64 keys, and accumulates all 512 output
-// dims of its own blocks with its own running max and sums. At the piece's end the two partial
-// states merge through shared memory (each warpgroup keeps 256 of the dims) and each warpgroup
-// stores its half. No barrier couples the two warpgroups inside a piece: the lockstep that cost the
-// seesaw's shared conversions (v10, v20) does not arise.
+// The producer and the ring of half-stages are the seesaw kernel's (and the decode's in-place
+// conversion); the Q tile holds N rows. The two consumer warpgroups do not share blocks: WG w
+// takes ring stage w of every pair (block 2 i + w of a work item), scores it, takes the column
+// (head) maxima over its 64 keys, and accumulates all 512 output dims of its own blocks with its
+// own running max and sums. At the item's end the two partial states merge through shared memory
+// (each warpgroup keeps 256 of the dims) and each warpgroup stores its half. No barrier couples
+// the two warpgroups inside an item: the lockstep that cost the seesaw decode's shared
+// conversions (v10, v20) does not arise.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/sm90a/seesaw/config.cuh"
 
-namespace sparse_mla::cuda::sm90a_decode {
+namespace sparse_mla::cuda::sm90a {
 
-using namespace ::sparse_mla::cuda::sm90a;
-
-// Named barriers of this kernel (ids 6 and 7 are the conversion's, kConvertBarrier + stage):
+// Named barriers of these kernels (ids 6 and 7 are the decode's conversion's, kConvertBarrier +
+// stage):
 // kColumnBarrier + wg over the warpgroup's 128 threads (its column maxima, then its P^T tile);
 // kMergeBarrier over the 256 consumer threads (the piece's end).
 inline constexpr int kColumnBarrier = 8;
@@ -53,11 +54,12 @@ struct HeadsInNSmem {
   alignas(1024) uint8_t kv[kStages][kTileBytes<kDqk>];  // the seesaw's ring
   // P^T of warpgroup w's current block: [kN heads][64 keys] bf16, one swizzled panel of kN rows.
   alignas(1024) uint8_t pt[2][kN * 128];
-  // The piece-end exchange: [sender wg][element][thread of the warpgroup], one round's panels.
+  // The item-end exchange: [sender wg][element][thread of the warpgroup], one round's panels.
   float merge[2][HeadsInN<kN>::kMergePanels * HeadsInN<kN>::kAccRegs][kConsumerThreads / 2];
   float column_max[2][4][kN];          // [wg][warp][head]: a block's per-warp maxima
-  float column_sum[2][4][kN];          // [wg][warp][head]: the piece's per-warp row sums
-  float column_m[2][kN];               // [wg][head]: the piece's running max
+  float column_sum[2][4][kN];          // [wg][warp][head]: the item's per-warp row sums
+  float column_m[2][kN];               // [wg][head]: the item's running max
+  float column_true_max[2][kN];        // [wg][head]: the item's true max (the prefill's)
   uint8_t valid[kStages][kBlockKeys];  // [stage][key] slot validity (the producer's flags)
   alignas(8) uint64_t full[2 * kStages];
   uint64_t empty[2 * kStages];
@@ -70,4 +72,4 @@ static_assert(sizeof(HeadsInNSmem<576, 16>) <= sizeof(Smem<576>));
 static_assert(sizeof(HeadsInNSmem<512, 32>) <= sizeof(Smem<512>));
 static_assert(sizeof(HeadsInNSmem<512, 16>) <= sizeof(Smem<512>));
 
-}  // namespace sparse_mla::cuda::sm90a_decode
+}  // namespace sparse_mla::cuda::sm90a

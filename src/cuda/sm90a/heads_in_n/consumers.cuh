@@ -1,6 +1,7 @@
-// The consumer warpgroups of the heads-in-N Hopper decode (heads_in_n_config.cuh): per block,
-// S^T = K Q^T, the column (head) softmax over the block's 64 keys, O^T += V^T P^T; per piece, the
-// merge of the two warpgroups' partial states and the store. Accumulator layout (m64nN, wgmma.cuh):
+// The consumer warpgroups of the heads-in-N Hopper kernels (heads_in_n/config.cuh): per block,
+// S^T = K Q^T, the column (head) softmax over the block's 64 keys, O^T += V^T P^T; per work item
+// (a decode piece, a prefill token), the merge of the two warpgroups' partial states. The stores
+// are each kernel's. Accumulator layout (m64nN, wgmma.cuh):
 // thread (warp w, lane l) of a warpgroup holds d[i] at row 16 w + l / 4 + 8 ((i >> 1) & 1) and
 // column 8 (i >> 2) + 2 (l % 4) + (i & 1): rows are keys (S^T) or dims (O^T), columns heads.
 #pragma once
@@ -15,11 +16,10 @@
 #include "cuda/device/ptx/warpgroup.cuh"
 #include "cuda/device/ptx/wgmma.cuh"
 #include "cuda/device/smem_tile.cuh"
-#include "cuda/portable/sparse_decode/piece_target.cuh"
+#include "cuda/sm90a/heads_in_n/config.cuh"
 #include "cuda/sm90a/seesaw/consumers.cuh"  // kFirstScoreHalf
-#include "cuda/sm90a/sparse_decode/heads_in_n_config.cuh"
 
-namespace sparse_mla::cuda::sm90a_decode {
+namespace sparse_mla::cuda::sm90a {
 
 // A consumer thread's place: warpgroup wg (0, 1; it takes ring stage wg), warp, lane; its two
 // rows (keys of S^T, dims of O^T within a 64-dim panel) and its kColumns heads.
@@ -100,17 +100,20 @@ __device__ __forceinline__ void transposed_scores(uint32_t q, SmemT& sm, uint32_
   ptx::wgmma_fence_operands(s);
 }
 
-// A warpgroup's state over its blocks of a piece: per column (head), the running max m (log2,
-// lazy as the seesaw's) and the thread's share l of the sums over its rows.
+// A warpgroup's state over its blocks of a work item: per column (head), the running max m (log2,
+// lazy as the seesaw's), the thread's share l of the sums over its rows, and the true max of the
+// scores (log2; the prefill's max_logits, unused by the decode).
 template <int kN>
 struct ColumnState {
   float m[HeadsInN<kN>::kColumns];
   float l[HeadsInN<kN>::kColumns];
+  float max[HeadsInN<kN>::kColumns];
   __device__ __forceinline__ ColumnState() {
 #pragma unroll
     for (int j = 0; j < HeadsInN<kN>::kColumns; ++j) {
       m[j] = -INFINITY;
       l[j] = 0.0f;
+      max[j] = -INFINITY;
     }
   }
 };
@@ -215,6 +218,7 @@ __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const Colum
   bool rescale = false;
 #pragma unroll
   for (int j = 0; j < kColumns; ++j) {
+    st.max[j] = fmaxf(st.max[j], mx[j]);
     const RunningMaxStep step = advance_running_max_lazy(st.m[j], mx[j]);
     m_use[j] = step.m_use;
     alpha[j] = step.alpha;
@@ -249,18 +253,17 @@ __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const Colum
   arrive_per_warp(sm.empty[2 * kStage + 1 - kFirst], at.lane);
 }
 
-// The piece's end: the two warpgroups' states merged per head (M = max(m0, m1); each side's sums
-// and O^T scaled by 2^(m_w - M)), M and the merged sum into m and l. Warpgroup w keeps panels
-// [4 w, 4 w + 4) of O^T (dims 256 w ..), merged with the peer's part of them (through `merge`,
-// kMergePanels a round), in `keep`; o is dead on return (its registers free for the store). The
-// next piece's statistics barrier orders this piece's reads of `merge` before its writes.
-template <int kN, class SmemT>
-__device__ __forceinline__ void merge_warpgroups(SmemT& sm, const ColumnPlace& at,
-                                                 ColumnState<kN>& st,
-                                                 float (&o)[kValuePanels][kN / 2],
-                                                 float (&keep)[kLeftPanels][kN / 2],
-                                                 float (&m)[HeadsInN<kN>::kColumns],
-                                                 float (&l)[HeadsInN<kN>::kColumns]) {
+// A work item's end: the two warpgroups' states merged per head (M = max(m0, m1); each side's
+// sums and O^T scaled by 2^(m_w - M)), M and the merged sum into m and l, and with kTrueMax the
+// item's true max (both sides' st.max) into true_max. Warpgroup w keeps panels [4 w, 4 w + 4) of
+// O^T (dims 256 w ..), merged with the peer's part of them (through `merge`, kMergePanels a
+// round), in `keep`; o is dead on return (its registers free for the store). The next item's
+// statistics barrier orders this item's reads of `merge` before its writes.
+template <int kN, bool kTrueMax, class SmemT>
+__device__ __forceinline__ void merge_warpgroups(
+    SmemT& sm, const ColumnPlace& at, ColumnState<kN>& st, float (&o)[kValuePanels][kN / 2],
+    float (&keep)[kLeftPanels][kN / 2], float (&m)[HeadsInN<kN>::kColumns],
+    float (&l)[HeadsInN<kN>::kColumns], float (&true_max)[HeadsInN<kN>::kColumns]) {
   constexpr int kColumns = HeadsInN<kN>::kColumns;
   constexpr int kAcc = HeadsInN<kN>::kAccRegs;
   constexpr int kPanels = HeadsInN<kN>::kMergePanels;
@@ -271,7 +274,10 @@ __device__ __forceinline__ void merge_warpgroups(SmemT& sm, const ColumnPlace& a
     st.l[j] += __shfl_xor_sync(0xffffffffu, st.l[j], 16);
     if (at.lane < 4) {
       sm.column_sum[at.wg][at.warp][at.head(j)] = st.l[j];
-      if (at.warp == 0) sm.column_m[at.wg][at.head(j)] = st.m[j];
+      if (at.warp == 0) {
+        sm.column_m[at.wg][at.head(j)] = st.m[j];
+        if constexpr (kTrueMax) sm.column_true_max[at.wg][at.head(j)] = st.max[j];
+      }
     }
   }
   ptx::named_barrier_sync(kMergeBarrier, kConsumerThreads);
@@ -281,6 +287,7 @@ __device__ __forceinline__ void merge_warpgroups(SmemT& sm, const ColumnPlace& a
     const int h = at.head(j);
     const float m0 = sm.column_m[0][h], m1 = sm.column_m[1][h];
     m[j] = fmaxf(m0, m1);
+    if constexpr (kTrueMax) true_max[j] = fmaxf(sm.column_true_max[0][h], sm.column_true_max[1][h]);
     const float m_use = usable_max(m[j]);
     const float f0 = fast_exp2(m0 - m_use), f1 = fast_exp2(m1 - m_use);
     float l0 = 0.0f, l1 = 0.0f;
@@ -320,4 +327,4 @@ __device__ __forceinline__ void merge_warpgroups(SmemT& sm, const ColumnPlace& a
   }
 }
 
-}  // namespace sparse_mla::cuda::sm90a_decode
+}  // namespace sparse_mla::cuda::sm90a
