@@ -16,8 +16,9 @@
 # case prints the command that reruns it),
 # SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck synccheck
 # memcheck@sm90a-decode synccheck@sm90a-decode racecheck": TOOL@sm90a-decode runs the subset's
-# FP8 and bf16 decode tests with the Hopper decode forced, TOOL@sm90a-heads-in-n the same with
-# SMLA_DECODE_SM90A_HEADS_IN_N=1 too (not in the default list); synccheck takes ~5 s and found the
+# FP8 and bf16 decode tests with the Hopper decode forced, TOOL@heads-in-n the subset with the
+# Hopper decode forced and both heads-in-N knobs (SMLA_DECODE_SM90A_HEADS_IN_N,
+# SMLA_PREFILL_SM90A_HEADS_IN_N; not in the default list); synccheck takes ~5 s and found the
 # wide exchange's bar.sync reached from two branches, fixed in e76e83d),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
 # SMLA_COMMIT (the commit this tree is a copy of; recorded in machine.txt and bench.json),
@@ -219,10 +220,11 @@ for i in "${!SANITIZER_TOOLS[@]}"; do
     tool_env=(SMLA_DECODE_SM90A=1)
     filter=$SANITIZER_DECODE_SM90A_FILTER
   fi
-  # TOOL@sm90a-heads-in-n: the same subset with the heads-in-N Hopper decode at 1..32 heads.
-  if [[ $entry == *@sm90a-heads-in-n ]]; then
-    tool_env=(SMLA_DECODE_SM90A=1 SMLA_DECODE_SM90A_HEADS_IN_N=1)
-    filter=$SANITIZER_DECODE_SM90A_FILTER
+  # TOOL@heads-in-n: the subset (its prefill sweep on 3 CTAs) with the heads-in-N Hopper decode
+  # and prefill at 1..32 heads.
+  if [[ $entry == *@heads-in-n ]]; then
+    tool_env=(SMLA_PREFILL_SM90A_CTAS=3 SMLA_DECODE_SM90A=1 SMLA_DECODE_SM90A_HEADS_IN_N=1
+      SMLA_PREFILL_SM90A_HEADS_IN_N=1)
   fi
   echo "==== $tool ${tool_env[*]} --gtest_filter=$filter" >>"$OUT_DIR/sanitizer.log"
   # An equal share of what is left for each tool still to run (the quick ones first, racecheck,
