@@ -137,8 +137,10 @@ TEST_P(PortablePrefill, TopkAndFeatures) {
 // run with the grid capped at 3 CTAs (tests/cpp/CMakeLists.txt), each CTA's items alternate.
 TEST_P(PortablePrefill, EmptyListsBetweenFullOnes) {
   SMLA_SKIP_WITHOUT_GPU();
-  for (int variant = 0; variant < 2; ++variant) {
-    verify::PrefillRecipe r = Shape{96, 300, 64, 128}.recipe(GetParam(), 9600 + variant);
+  // 64 heads; 16 heads at topk 256 (two block pairs a token: the heads-in-N prefill's items).
+  for (int variant = 0; variant < 3; ++variant) {
+    const Shape shape = variant < 2 ? Shape{96, 300, 64, 128} : Shape{96, 300, 16, 256};
+    verify::PrefillRecipe r = shape.recipe(GetParam(), 9600 + variant);
     r.topk_length = true;
     r.empty_queries = false;
     r.attn_sink = variant == 1;
@@ -151,10 +153,13 @@ TEST_P(PortablePrefill, EmptyListsBetweenFullOnes) {
 
 // Long index lists on the 64-row tile: 5 (odd) and 8 (even, the last one partial) blocks of 64,
 // so a CTA runs several double-buffer rounds and index fetches made inside its block loop (the
-// other cases stop at 4 blocks); topk_length shortens some tokens' lists further.
+// other cases stop at 4 blocks); topk_length shortens some tokens' lists further. The same lists
+// at 16 and 32 heads: several block pairs a token for the kernels with the heads in N (a running
+// max and sums carried over blocks, an odd count's last block all invalid).
 TEST_P(PortablePrefill, LongListsWideTile) {
   SMLA_SKIP_WITHOUT_GPU();
-  for (Shape s : {Shape{4, 700, 64, 300}, Shape{3, 600, 128, 449}}) {
+  for (Shape s : {Shape{4, 700, 64, 300}, Shape{3, 600, 128, 449}, Shape{4, 700, 16, 300},
+                  Shape{3, 600, 32, 449}}) {
     for (int variant = 0; variant < 2; ++variant) {
       verify::PrefillRecipe r = s.recipe(GetParam(), 11 * s.topk + variant);
       r.attn_sink = variant == 1;

@@ -26,7 +26,7 @@ namespace sparse_mla::cuda::sm90a {
 // Named barriers of these kernels (ids 6 and 7 are the decode's conversion's, kConvertBarrier +
 // stage):
 // kColumnBarrier + wg over the warpgroup's 128 threads (its column maxima, then its P^T tile);
-// kMergeBarrier over the 256 consumer threads (the piece's end).
+// kMergeBarrier over the 256 consumer threads (a work item's end).
 inline constexpr int kColumnBarrier = 8;
 inline constexpr int kMergeBarrier = 10;
 inline constexpr int kWarpgroupThreads = kConsumerThreads / 2;
@@ -35,7 +35,7 @@ inline constexpr int kValuePanels = 512 / 64;  // d_v: the M tiles of O^T
 
 template <int kN>
 struct HeadsInN {
-  static_assert(kN == 16 || kN == 32, "the heads-in-N decode takes 16 or 32 heads in N");
+  static_assert(kN == 16 || kN == 32, "the heads-in-N kernels take 16 or 32 heads in N");
   static constexpr int kAccRegs = kN / 2;  // an m64nN accumulator: fp32 per thread
   static constexpr int kColumns = kN / 4;  // the heads a thread's accumulators hold
   // Panels of O^T exchanged per merge round (each warpgroup sends this many of the peer's).

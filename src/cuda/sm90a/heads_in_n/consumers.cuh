@@ -202,7 +202,7 @@ __device__ __forceinline__ void fence_outputs(float (&o)[kValuePanels][kN / 2]) 
 
 // One block of the warpgroup (stage kStage of ring pair `ring_pair`): scores, column softmax,
 // products; each half-stage is freed once the products that read it are done, the half the
-// producer refills first (kFirstScoreHalf) first. last: the piece's last block (its scores free Q).
+// producer refills first (kFirstScoreHalf) first. last: the item's last block (its scores free Q).
 template <int kDqk, int kN, int kStage, class Prepare, class SmemT>
 __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const ColumnPlace& at,
                                               float scale_log2, uint32_t ring_pair, bool last,

@@ -1,6 +1,6 @@
-// Host-side launcher of the Hopper (sm_90a) sparse prefill kernel, one explicit instantiation per
-// d_qk in src/cuda/instantiations/ (compiled for sm_90a only). Only those units include
-// kernel.cuh.
+// Host-side launcher of the Hopper (sm_90a) sparse prefill, one explicit instantiation per d_qk in
+// src/cuda/instantiations/ (compiled for sm_90a only). Only those units include launch.cuh (the
+// seesaw kernel.cuh, or at 1..32 heads with SMLA_PREFILL_SM90A_HEADS_IN_N=1 heads_in_n_kernel.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,8 +10,8 @@
 
 namespace sparse_mla::cuda::sm90a_prefill {
 
-// Dynamic shared memory the d_qk instantiation needs (the plan of config.cuh plus 1 KiB of
-// alignment slack).
+// Dynamic shared memory the d_qk instantiation needs (the seesaw's plan, seesaw/config.cuh, the
+// larger of its kernels' plans, plus 1 KiB of alignment slack).
 template <int kDqk>
 int sm90a_prefill_smem_bytes();
 
