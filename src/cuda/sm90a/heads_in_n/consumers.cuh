@@ -327,4 +327,46 @@ __device__ __forceinline__ void merge_warpgroups(
   }
 }
 
+// The warpgroup's half of a work item's output in bf16 through shared memory: `keep` (its 256 dims
+// x kN heads) times scale[column] into `staging` ([kN heads][256 dims], 512-B rows whose 16-B
+// chunks are XOR-swizzled by head % 8, so that the four heads of one store instruction hit
+// distinct banks), a barrier of the warpgroup, then 16-B chunks out: head h's 256 dims to
+// dst + h * head_stride (elements; 16-B aligned rows), for h < heads. Where a thread's
+// accumulators would go out one 2-B element per store (two dims of each of its heads, half
+// sectors), a warp writes whole 512-B rows. staging: the peer's `merge` buffer, which the peer
+// writes again only after the next item's statistics barrier; a first barrier of the warpgroup
+// lets all of its threads finish their reads of it (merge_warpgroups' last round) before any
+// thread's staging writes.
+template <int kN, int kWg>
+__device__ __forceinline__ void store_bf16_heads(uint8_t* staging, const ColumnPlace& at,
+                                                 const float (&keep)[kLeftPanels][kN / 2],
+                                                 const float (&scale)[HeadsInN<kN>::kColumns],
+                                                 int heads, uint16_t* dst, int64_t head_stride) {
+  static_assert(kN * 512 <= static_cast<int>(sizeof(float)) * HeadsInN<kN>::kMergePanels *
+                                HeadsInN<kN>::kAccRegs * kWarpgroupThreads,
+                "the bf16 rows must fit one merge buffer");
+  ptx::named_barrier_sync(kColumnBarrier + kWg, kWarpgroupThreads);
+#pragma unroll
+  for (int k = 0; k < kLeftPanels; ++k) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) {
+      const int h = at.head(column_of(i));
+      const int dim = 64 * k + at.row[(i >> 1) & 1];
+      *reinterpret_cast<uint16_t*>(staging + h * 512 + (((dim >> 3) ^ (h & 7)) << 4) +
+                                   (dim & 7) * 2) =
+          static_cast<uint16_t>(ptx::pack_bf16x2(keep[k][i] * scale[column_of(i)], 0.0f));
+    }
+  }
+  ptx::named_barrier_sync(kColumnBarrier + kWg, kWarpgroupThreads);
+  const int t = static_cast<int>(threadIdx.x) & (kWarpgroupThreads - 1);
+#pragma unroll
+  for (int c = t; c < kN * 32; c += kWarpgroupThreads) {
+    const int h = c >> 5, chunk = c & 31;
+    if (h < heads) {
+      *reinterpret_cast<uint4*>(dst + h * head_stride + chunk * 8) =
+          *reinterpret_cast<const uint4*>(staging + h * 512 + ((chunk ^ (h & 7)) << 4));
+    }
+  }
+}
+
 }  // namespace sparse_mla::cuda::sm90a

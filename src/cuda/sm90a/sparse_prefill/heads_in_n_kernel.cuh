@@ -19,12 +19,12 @@
 namespace sparse_mla::cuda::sm90a_prefill {
 
 // The warpgroup's half of the token's merged output (`keep`: panels [4 wg, 4 wg + 4)): out in
-// bf16 with the sink; lse and max_logits in natural log by WG0's lanes that hold every head once
-// (+inf / -inf and out 0 for a head without a valid slot). Each element is its own 2-B store (a
-// thread's accumulators hold two dims of each of its heads).
-template <int kN>
+// bf16 with the sink, through shared memory in 16-B stores (store_bf16_heads); lse and max_logits
+// in natural log by WG0's lanes that hold every head once (+inf / -inf and out 0 for a head
+// without a valid slot).
+template <int kN, class SmemT>
 __device__ __forceinline__ void store_transposed_item(
-    const detail::PrefillParams& p, int64_t token, int head0, const ColumnPlace& at,
+    const detail::PrefillParams& p, int64_t token, int head0, const ColumnPlace& at, SmemT& sm,
     const float (&o)[kLeftPanels][kN / 2], const float (&m)[HeadsInN<kN>::kColumns],
     const float (&l)[HeadsInN<kN>::kColumns], const float (&true_max)[HeadsInN<kN>::kColumns]) {
   constexpr int kColumns = HeadsInN<kN>::kColumns;
@@ -52,16 +52,12 @@ __device__ __forceinline__ void store_transposed_item(
   }
   uint16_t* out = p.out + token * p.out_stride_s + static_cast<int64_t>(head0) * p.out_stride_h +
                   64 * kLeftPanels * at.wg;
-#pragma unroll
-  for (int k = 0; k < kLeftPanels; ++k) {
-#pragma unroll
-    for (int i = 0; i < kN / 2; ++i) {
-      const int h = at.head(column_of(i));
-      if (h < heads) {
-        out[h * p.out_stride_h + 64 * k + at.row[(i >> 1) & 1]] =
-            static_cast<uint16_t>(ptx::pack_bf16x2(o[k][i] * scale[column_of(i)], 0.0f));
-      }
-    }
+  if (at.wg == 0) {
+    store_bf16_heads<kN, 0>(reinterpret_cast<uint8_t*>(sm.merge[1]), at, o, scale, heads, out,
+                            p.out_stride_h);
+  } else {
+    store_bf16_heads<kN, 1>(reinterpret_cast<uint8_t*>(sm.merge[0]), at, o, scale, heads, out,
+                            p.out_stride_h);
   }
 }
 
@@ -99,7 +95,7 @@ __device__ __forceinline__ void consume_heads_in_n(const detail::PrefillParams& 
     float keep[kLeftPanels][kN / 2], m[HeadsInN<kN>::kColumns], l[HeadsInN<kN>::kColumns],
         true_max[HeadsInN<kN>::kColumns];
     merge_warpgroups<kN, true>(sm, at, st, o, keep, m, l, true_max);
-    store_transposed_item<kN>(p, w.token, w.head0, at, keep, m, l, true_max);
+    store_transposed_item<kN>(p, w.token, w.head0, at, sm, keep, m, l, true_max);
   }
 }
 
