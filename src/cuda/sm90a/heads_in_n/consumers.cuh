@@ -253,6 +253,33 @@ __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const Colum
   arrive_per_warp(sm.empty[2 * kStage + 1 - kFirst], at.lane);
 }
 
+// One work item's blocks (num_pairs >= 0, from the CTA's ring pair `ring_pairs` on; its Q at phase
+// `item_count` of q_full): o and st start from zero, each of the warpgroup's blocks runs through
+// consume_block, and an item without pairs frees Q as soon as it has landed.
+template <int kDqk, int kN, class Prepare, class SmemT>
+__device__ __forceinline__ void consume_item_blocks(uint32_t q, SmemT& sm, const ColumnPlace& at,
+                                                    float scale_log2, int num_pairs,
+                                                    uint32_t ring_pairs, uint32_t item_count,
+                                                    ColumnState<kN>& st,
+                                                    float (&o)[kValuePanels][kN / 2]) {
+#pragma unroll
+  for (int panel = 0; panel < kValuePanels; ++panel) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) o[panel][i] = 0.0f;
+  }
+  st = ColumnState<kN>();
+  ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
+  for (int pair = 0; pair < num_pairs; ++pair) {
+    const bool last = pair + 1 == num_pairs;
+    if (at.wg == 0) {
+      consume_block<kDqk, kN, 0, Prepare>(q, sm, at, scale_log2, ring_pairs + pair, last, st, o);
+    } else {
+      consume_block<kDqk, kN, 1, Prepare>(q, sm, at, scale_log2, ring_pairs + pair, last, st, o);
+    }
+  }
+  if (num_pairs == 0) arrive_per_warp(sm.q_empty, at.lane);
+}
+
 // A work item's end: the two warpgroups' states merged per head (M = max(m0, m1); each side's
 // sums and O^T scaled by 2^(m_w - M)), M and the merged sum into m and l, and with kTrueMax the
 // item's true max (both sides' st.max) into true_max. Warpgroup w keeps panels [4 w, 4 w + 4) of

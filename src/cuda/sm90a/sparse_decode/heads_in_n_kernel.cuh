@@ -19,12 +19,13 @@ namespace sparse_mla::cuda::sm90a_decode {
 
 // The warpgroup's half of the merged output (`keep`: panels [4 wg, 4 wg + 4)) through the split
 // kernel's targets (portable_decode::PieceTarget): an unsplit query's bf16 out with the sink and
-// its lse, or a split piece's fp32 partial normalised by its sum and its log2 lse. Each element is
-// its own store (a thread's accumulators hold two dims of each of its heads).
-template <int kN>
+// its lse (through shared memory in 16-B stores, store_bf16_heads), or a split piece's fp32
+// partial normalised by its sum and its log2 lse (each element its own 4-B store: a warp's store
+// instruction fills four whole 32-B sectors).
+template <int kN, class SmemT>
 __device__ __forceinline__ void store_transposed_piece(const DecodeLaunch& launch, const Piece& w,
                                                        int32_t slot, int head0,
-                                                       const ColumnPlace& at,
+                                                       const ColumnPlace& at, SmemT& sm,
                                                        const float (&o)[kLeftPanels][kN / 2],
                                                        const float (&m)[HeadsInN<kN>::kColumns],
                                                        const float (&l)[HeadsInN<kN>::kColumns]) {
@@ -40,29 +41,30 @@ __device__ __forceinline__ void store_transposed_piece(const DecodeLaunch& launc
     scale[j] =
         h < heads ? portable_decode::finish_row(to, head0 + h, m[j], l[j], writes_lse) : 0.0f;
   }
-  // Element (head h, dim 256 wg + 64 k + row) of the query's out row or the piece's partial row.
-  const auto store_all = [&](auto* base, int64_t head_stride, auto&& convert) {
-#pragma unroll
-    for (int k = 0; k < kLeftPanels; ++k) {
-#pragma unroll
-      for (int i = 0; i < kN / 2; ++i) {
-        const int h = at.head(column_of(i));
-        if (h < heads) {
-          base[h * head_stride + 64 * k + at.row[(i >> 1) & 1]] =
-              convert(o[k][i] * scale[column_of(i)]);
-        }
-      }
-    }
-  };
   const int first_dim = 64 * kLeftPanels * at.wg;
   if (slot < 0) {
-    store_all(
-        p.out + w.b * p.out_stride_b + w.s * p.out_stride_s + head0 * p.out_stride_h + first_dim,
-        p.out_stride_h, [](float v) { return static_cast<uint16_t>(ptx::pack_bf16x2(v, 0.0f)); });
-  } else {
-    store_all(
-        launch.partial_out + (static_cast<int64_t>(slot) * p.problem.h_q + head0) * 512 + first_dim,
-        int64_t{512}, [](float v) { return v; });
+    uint16_t* out =
+        p.out + w.b * p.out_stride_b + w.s * p.out_stride_s + head0 * p.out_stride_h + first_dim;
+    if (at.wg == 0) {
+      store_bf16_heads<kN, 0>(reinterpret_cast<uint8_t*>(sm.merge[1]), at, o, scale, heads, out,
+                              p.out_stride_h);
+    } else {
+      store_bf16_heads<kN, 1>(reinterpret_cast<uint8_t*>(sm.merge[0]), at, o, scale, heads, out,
+                              p.out_stride_h);
+    }
+    return;
+  }
+  float* partial =
+      launch.partial_out + (static_cast<int64_t>(slot) * p.problem.h_q + head0) * 512 + first_dim;
+#pragma unroll
+  for (int k = 0; k < kLeftPanels; ++k) {
+#pragma unroll
+    for (int i = 0; i < kN / 2; ++i) {
+      const int h = at.head(column_of(i));
+      if (h < heads) {
+        partial[h * 512 + 64 * k + at.row[(i >> 1) & 1]] = o[k][i] * scale[column_of(i)];
+      }
+    }
   }
 }
 
@@ -82,29 +84,16 @@ __device__ __forceinline__ void consume_heads_in_n(const DecodeLaunch& launch,
   for (int32_t query = part.begin_query; query <= part.end_query; ++query, ++item_count) {
     const Piece w(p, part, query);
     float o[kValuePanels][kN / 2];
-#pragma unroll
-    for (int panel = 0; panel < kValuePanels; ++panel) {
-#pragma unroll
-      for (int i = 0; i < kN / 2; ++i) o[panel][i] = 0.0f;
-    }
     ColumnState<kN> st;
-    ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
-    for (int pair = 0; pair < w.num_pairs; ++pair) {
-      const bool last = pair + 1 == w.num_pairs;
-      if (at.wg == 0) {
-        consume_block<kDqk, kN, 0, Prepare>(q, sm, at, scale_log2, ring_pairs + pair, last, st, o);
-      } else {
-        consume_block<kDqk, kN, 1, Prepare>(q, sm, at, scale_log2, ring_pairs + pair, last, st, o);
-      }
-    }
-    if (w.num_pairs == 0) arrive_per_warp(sm.q_empty, at.lane);
+    consume_item_blocks<kDqk, kN, Prepare>(q, sm, at, scale_log2, w.num_pairs, ring_pairs,
+                                           item_count, st, o);
     ring_pairs += w.num_pairs;
     float keep[kLeftPanels][kN / 2], m[HeadsInN<kN>::kColumns], l[HeadsInN<kN>::kColumns],
         unused_max[HeadsInN<kN>::kColumns];
     merge_warpgroups<kN, false>(sm, at, st, o, keep, m, l, unused_max);
     store_transposed_piece<kN>(launch, w,
                                planning::piece_partial_slot(part, query, launch.split_offsets),
-                               head0, at, keep, m, l);
+                               head0, at, sm, keep, m, l);
   }
 }
 

@@ -73,24 +73,9 @@ __device__ __forceinline__ void consume_heads_in_n(const detail::PrefillParams& 
   for (int64_t item = blockIdx.x; item < num_items; item += gridDim.x, ++item_count) {
     const WorkItem w(p, head_groups, item);
     float o[kValuePanels][kN / 2];
-#pragma unroll
-    for (int panel = 0; panel < kValuePanels; ++panel) {
-#pragma unroll
-      for (int i = 0; i < kN / 2; ++i) o[panel][i] = 0.0f;
-    }
     ColumnState<kN> st;
-    ptx::mbarrier_wait_parity(smem_u32(&sm.q_full), item_count & 1);
-    for (int pair = 0; pair < w.num_pairs; ++pair) {
-      const bool last = pair + 1 == w.num_pairs;
-      if (at.wg == 0) {
-        consume_block<kDqk, kN, 0, NoPrepare>(q, sm, at, scale_log2, ring_pairs + pair, last, st,
-                                              o);
-      } else {
-        consume_block<kDqk, kN, 1, NoPrepare>(q, sm, at, scale_log2, ring_pairs + pair, last, st,
-                                              o);
-      }
-    }
-    if (w.num_pairs == 0) arrive_per_warp(sm.q_empty, at.lane);
+    consume_item_blocks<kDqk, kN, NoPrepare>(q, sm, at, scale_log2, w.num_pairs, ring_pairs,
+                                             item_count, st, o);
     ring_pairs += w.num_pairs;
     float keep[kLeftPanels][kN / 2], m[HeadsInN<kN>::kColumns], l[HeadsInN<kN>::kColumns],
         true_max[HeadsInN<kN>::kColumns];
