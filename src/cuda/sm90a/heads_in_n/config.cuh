@@ -54,7 +54,9 @@ struct HeadsInNSmem {
   alignas(1024) uint8_t kv[kStages][kTileBytes<kDqk>];  // the seesaw's ring
   // P^T of warpgroup w's current block: [kN heads][64 keys] bf16, one swizzled panel of kN rows.
   alignas(1024) uint8_t pt[2][kN * 128];
-  // The item-end exchange: [sender wg][element][thread of the warpgroup], one round's panels.
+  // The item-end exchange: [sender wg][element][thread of the warpgroup], one round's panels
+  // (merge_warpgroups). After its last round, merge[1 - w] is warpgroup w's staging for its bf16
+  // out (store_bf16_heads) until the next item's statistics barrier: nothing else may touch it.
   float merge[2][HeadsInN<kN>::kMergePanels * HeadsInN<kN>::kAccRegs][kConsumerThreads / 2];
   float column_max[2][4][kN];          // [wg][warp][head]: a block's per-warp maxima
   float column_sum[2][4][kN];          // [wg][warp][head]: the item's per-warp row sums
