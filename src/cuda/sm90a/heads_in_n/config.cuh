@@ -23,10 +23,9 @@
 
 namespace sparse_mla::cuda::sm90a {
 
-// Named barriers of these kernels (ids 6 and 7 are the decode's conversion's, kConvertBarrier +
-// stage):
-// kColumnBarrier + wg over the warpgroup's 128 threads (its column maxima, then its P^T tile);
-// kMergeBarrier over the 256 consumer threads (a work item's end).
+// Named barriers of these kernels, besides the decode conversion's 6 and 7 (kConvertBarrier +
+// stage): kColumnBarrier + wg over the warpgroup's 128 threads (its column maxima, its P^T tile,
+// its bf16 staging); kMergeBarrier over the 256 consumer threads (a work item's end).
 inline constexpr int kColumnBarrier = 8;
 inline constexpr int kMergeBarrier = 10;
 inline constexpr int kWarpgroupThreads = kConsumerThreads / 2;
