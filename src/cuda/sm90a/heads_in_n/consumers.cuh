@@ -1,9 +1,9 @@
 // The consumer warpgroups of the heads-in-N Hopper kernels (heads_in_n/config.cuh): per block,
 // S^T = K Q^T, the column (head) softmax over the block's 64 keys, O^T += V^T P^T; per work item
-// (a decode piece, a prefill token), the merge of the two warpgroups' partial states. The stores
-// are each kernel's. Accumulator layout (m64nN, wgmma.cuh):
-// thread (warp w, lane l) of a warpgroup holds d[i] at row 16 w + l / 4 + 8 ((i >> 1) & 1) and
-// column 8 (i >> 2) + 2 (l % 4) + (i & 1): rows are keys (S^T) or dims (O^T), columns heads.
+// (a decode piece, a prefill token), the merge of the two warpgroups' partial states and the
+// staged bf16 store the kernels' own stores use. Accumulator layout (m64nN, wgmma.cuh): thread
+// (warp w, lane l) of a warpgroup holds d[i] at row 16 w + l / 4 + 8 ((i >> 1) & 1) and column
+// 8 (i >> 2) + 2 (l % 4) + (i & 1): rows are keys (S^T) or dims (O^T), columns heads.
 #pragma once
 
 #include <cmath>
