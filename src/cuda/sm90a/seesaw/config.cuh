@@ -57,8 +57,8 @@ inline constexpr int kOwnPTiles = kDqk == 576 ? 1 : 2;
 // the sm_90 limit exactly (d_qk 512: 215,040 + 1,024).
 template <int kDqk>
 struct Smem {
-  // The Q tile's rows and panel stride, which the decode's producer copies by (the heads-in-N
-  // decode's plan has fewer rows).
+  // The Q tile's rows and panel stride, by which the producers copy Q (the heads-in-N kernels'
+  // plan, heads_in_n/config.cuh, has fewer rows).
   static constexpr int kQRows = kHeadRows;
   static constexpr int kQPanelBytes = kPanelBytes;
   alignas(1024) uint8_t q[kTileBytes<kDqk>];               // [64 heads, d_qk] bf16, swizzled

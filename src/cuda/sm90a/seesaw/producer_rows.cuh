@@ -22,7 +22,7 @@ struct ProducerPlace {
 
 // Panels [kFirst, kEnd) of the thread's rows at.group + 16 r, r < kRowGroups, of a
 // [16 kRowGroups, d_qk] tile whose panels lie kPanelStride bytes apart (a [64, d_qk] tile: 4 and
-// kPanelBytes; the heads-in-N decode's Q tile of 16 or 32 rows: 1 or 2 and 128 x its rows);
+// kPanelBytes; the heads-in-N kernels' Q tile of 16 or 32 rows: 1 or 2 and 128 x its rows);
 // row_source(r) gives row r's readable address and whether it is valid (zero-filled where not).
 // Called per row, so that only one row's address is live at a time (the producer runs in 72
 // registers).
