@@ -8,9 +8,10 @@
 //   SMLA_PREFILL_SM90A_CTAS      1..2^20  caps the Hopper prefill's persistent grid (one CTA per
 //                                         SM by default), so that small tests walk several work
 //                                         items per CTA (sm90a/sparse_prefill/kernel.cuh)
-//   SMLA_PREFILL_SM90A_HEADS_IN_N 0 | 1   at 1..32 heads the Hopper prefill with the heads in the
-//                                         wgmma N dimension (default 0: the seesaw, its 64-row
-//                                         tile padded; sm90a/sparse_prefill/launch.cuh)
+//   SMLA_PREFILL_SM90A_HEADS_IN_N 0 | 1   the Hopper prefill with the heads in the wgmma N
+//                                         dimension: 1 at 1..32 heads, 0 never (the seesaw, its
+//                                         64-row tile padded); unset, at 1..16 heads
+//                                         (sm90a/sparse_prefill/launch.cuh)
 //   SMLA_DECODE_SM90A            0 | 1    the Hopper decode kernel on sm_90 devices: 1 runs it
 //                                         wherever it can, 0 never; unset, where its launch has
 //                                         enough work (sm90a_decode_by_default,
