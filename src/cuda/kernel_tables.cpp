@@ -490,15 +490,7 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   plan->warp_specialized = true;
   plan->paired_head_groups = false;
   plan->min_units_per_part = shape.min_units;
-  // 1..32 heads with SMLA_DECODE_SM90A_HEADS_IN_N=1: the same plan, the heads in the wgmma N
-  // dimension (sm90a/sparse_decode/launch.cuh).
-  const bool heads_in_n =
-      problem.h_q <= 32 && cuda::cuda_knobs().decode_sm90a_heads_in_n.value.value_or(0) == 1;
-  plan->reason = std::string(heads_in_n ? "Hopper heads-in-N decode (a copying producer "
-                                          "warpgroup, two wgmma consumers over alternate blocks, "
-                                          "the heads in N): "
-                                        : "Hopper seesaw (a copying producer warpgroup, wgmma "
-                                          "consumers that dequantise): ") +
+  plan->reason = "Hopper seesaw (a copying producer warpgroup, wgmma consumers that dequantise): " +
                  std::to_string(shape.num_parts) + " parts x " + std::to_string(shape.head_groups) +
                  " head groups of 64 rows x 64-key blocks" +
                  (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +

@@ -16,9 +16,6 @@
 //                                         wherever it can, 0 never; unset, where its launch has
 //                                         enough work (sm90a_decode_by_default,
 //                                         decode_launch_policy.h; kernel_tables.cpp)
-//   SMLA_DECODE_SM90A_HEADS_IN_N 0 | 1    at 1..32 heads the Hopper decode with the heads in the
-//                                         wgmma N dimension (default 0: the seesaw, its 64-row
-//                                         tile padded; sm90a/sparse_decode/launch.cuh)
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads
 //                                         (decode_launch_policy.cpp)
 //   SMLA_DECODE_WARP_SPECIALIZED 0 | 1    producer warps in the 16-row FP8 decode tile
@@ -50,7 +47,6 @@ struct CudaKnobs {
   detail::EnvKnob prefill_sm90a_heads_in_n;
   detail::EnvKnob decode_block_keys;
   detail::EnvKnob decode_sm90a;
-  detail::EnvKnob decode_sm90a_heads_in_n;
   detail::EnvKnob decode_pair_head_groups;
   detail::EnvKnob decode_warp_specialized;
   detail::EnvKnob combine_column_slices;

@@ -1,5 +1,5 @@
 // Device side of the transposed wgmma checks (wgmma_kernels.h): one CTA of one warpgroup places
-// K, Q and P^T in shared memory as the heads-in-N decode does and runs its two MMA helpers.
+// K, Q and P^T in shared memory as the heads-in-N prefill does and runs its two MMA helpers.
 // Compiled for every SMLA_CUDA_ARCHS entry; without sm_90a code the kernel only reports so.
 #include <cuda_runtime.h>
 

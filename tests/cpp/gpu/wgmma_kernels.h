@@ -1,4 +1,4 @@
-// Host side of the transposed wgmma checks (wgmma_kernels.cu): the heads-in-N decode's two MMA
+// Host side of the transposed wgmma checks (wgmma_kernels.cu): the heads-in-N kernels' two MMA
 // steps (sm90a/heads_in_n/consumers.cuh), run by one warpgroup on tiles laid out as
 // the kernel lays them out, against the same products on the host. Compiled only into CUDA builds
 // of sparse_mla_gpu_tests.

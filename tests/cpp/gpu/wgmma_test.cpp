@@ -1,4 +1,4 @@
-// The heads-in-N decode's MMA steps (sm90a/heads_in_n/consumers.cuh) on the device
+// The heads-in-N kernels' MMA steps (sm90a/heads_in_n/consumers.cuh) on the device
 // against the host: S^T = K Q^T with the keys in M and 16 or 32 heads in N (A = the K tile
 // K-major, B = a Q tile of N rows), and O^T = V^T P^T (A = the same tile read MN-major through
 // wgmma's transpose flag, B = P^T). Inputs are multiples of 1/8 in [-1, 1], so every partial sum

@@ -82,7 +82,7 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss(float (&d)[32], uint64_t desc
 
 // D[64 x 16] / D[64 x 32] (+)= A[64 x 16] * B[16 x N]; A and B from shared memory, B K-major
 // ([N][K]). trans_a = 0: A is K-major ([M][K]); 1: MN-major ([K][M]: the M elements of a K row
-// contiguous, a [keys][dims] tile read as its transpose). The heads-in-N decode's shapes
+// contiguous, a [keys][dims] tile read as its transpose). The heads-in-N prefill's shapes
 // (sm90a/heads_in_n/consumers.cuh): 16 or 32 heads in N.
 template <int kTransA>
 __device__ __forceinline__ void wgmma_m64n16k16_ss(float (&d)[8], uint64_t desc_a, uint64_t desc_b,

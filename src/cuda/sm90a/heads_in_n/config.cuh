@@ -1,20 +1,18 @@
-// Shared-memory plan and constants of the Hopper kernels with the heads in the wgmma N dimension
-// (1..32 heads: the decode with SMLA_DECODE_SM90A_HEADS_IN_N=1,
-// sparse_decode/heads_in_n_kernel.cuh, and the prefill with SMLA_PREFILL_SM90A_HEADS_IN_N=1,
-// sparse_prefill/heads_in_n_kernel.cuh; docs/kernels/sm90a_sparse_decode.md). At 8-32 heads the
-// seesaw pads its 64-row tile (the wgmma M) with zero heads and does 2-8x the MMA work the heads
-// need. Here the keys are the M dimension and the heads N (16 or 32):
+// Shared-memory plan and constants of the Hopper prefill with the heads in the wgmma N dimension
+// (sparse_prefill/heads_in_n_kernel.cuh: the default at 1..16 heads, SMLA_PREFILL_SM90A_HEADS_IN_N;
+// docs/kernels/sm90a_sparse_prefill.md). A decode on the same consumers lost and was removed
+// (docs/kernels/sm90a_sparse_decode.md, v28). At 8-32 heads the seesaw pads its 64-row tile (the
+// wgmma M) with zero heads and does 2-8x the MMA work the heads need. Here the keys are the M
+// dimension and the heads N (16 or 32):
 // - S^T [64 keys, N heads] = K Q^T: m64nNk16, A = the block's bf16 tile (K-major), B = Q (K-major);
 // - O^T [512 dims, N heads] += V^T P^T: m64nNk16 per 64-dim panel, A = the same tile read
 //   MN-major (transposed), B = P^T from shared memory.
-// The producer and the ring of half-stages are the seesaw kernel's (and the decode's in-place
-// conversion); the Q tile holds N rows. The two consumer warpgroups do not share blocks: WG w
-// takes ring stage w of every pair (block 2 i + w of a work item), scores it, takes the column
-// (head) maxima over its 64 keys, and accumulates all 512 output dims of its own blocks with its
-// own running max and sums. At the item's end the two partial states merge through shared memory
-// (each warpgroup keeps 256 of the dims) and each warpgroup stores its half. No barrier couples
-// the two warpgroups inside an item: the lockstep that cost the seesaw decode's shared
-// conversions (v10, v20) does not arise.
+// The producer and the ring of half-stages are the seesaw prefill's; the Q tile holds N rows. The
+// two consumer warpgroups do not share blocks: WG w takes ring stage w of every pair (block 2 i + w
+// of a work item), scores it, takes the column (head) maxima over its 64 keys, and accumulates all
+// 512 output dims of its own blocks with its own running max and sums. At the item's end the two
+// partial states merge through shared memory (each warpgroup keeps 256 of the dims) and each
+// warpgroup stores its half. No barrier couples the two warpgroups inside an item.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +21,8 @@
 
 namespace sparse_mla::cuda::sm90a {
 
-// Named barriers of these kernels, besides the decode conversion's 6 and 7 (kConvertBarrier +
-// stage): kColumnBarrier + wg over the warpgroup's 128 threads (its column maxima, its P^T tile,
+// Named barriers, above the seesaw's (1-5) and the seesaw decode conversion's (6, 7):
+// kColumnBarrier + wg over the warpgroup's 128 threads (its column maxima, its P^T tile,
 // its bf16 staging); kMergeBarrier over the 256 consumer threads (a work item's end).
 inline constexpr int kColumnBarrier = 8;
 inline constexpr int kMergeBarrier = 10;

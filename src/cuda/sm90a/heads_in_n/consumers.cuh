@@ -1,6 +1,6 @@
 // The consumer warpgroups of the heads-in-N Hopper kernels (heads_in_n/config.cuh): per block,
 // S^T = K Q^T, the column (head) softmax over the block's 64 keys, O^T += V^T P^T; per work item
-// (a decode piece, a prefill token), the merge of the two warpgroups' partial states and the
+// (a prefill token), the merge of the two warpgroups' partial states and the
 // staged bf16 store the kernels' own stores use. Accumulator layout (m64nN, wgmma.cuh): thread
 // (warp w, lane l) of a warpgroup holds d[i] at row 16 w + l / 4 + 8 ((i >> 1) & 1) and column
 // 8 (i >> 2) + 2 (l % 4) + (i & 1): rows are keys (S^T) or dims (O^T), columns heads.
@@ -102,7 +102,7 @@ __device__ __forceinline__ void transposed_scores(uint32_t q, SmemT& sm, uint32_
 
 // A warpgroup's state over its blocks of a work item: per column (head), the running max m (log2,
 // lazy as the seesaw's), the thread's share l of the sums over its rows, and the true max of the
-// scores (log2; the prefill's max_logits, unused by the decode).
+// scores (log2; max_logits).
 template <int kN>
 struct ColumnState {
   float m[HeadsInN<kN>::kColumns];

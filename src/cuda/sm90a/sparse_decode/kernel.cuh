@@ -483,8 +483,7 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
   }
 }
 
-// The role split of a CTA of the decode kernels on the seesaw's ring (this one and the heads-in-N
-// decode, heads_in_n_kernel.cuh), once the plan is set up: the producer warpgroup runs
+// The role split of the decode's CTA once the plan is set up: the producer warpgroup runs
 // produce(producer thread) under kProducerRegs, the consumers consume(thread) under
 // kConsumerRegs. The combine (a programmatic dependent launch, combine/split_combine.cu) may be
 // launched first: its CTAs take the SMs as this grid's CTAs leave and wait there for the whole

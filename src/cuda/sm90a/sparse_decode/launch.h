@@ -1,8 +1,7 @@
 // Host-side launcher of the Hopper (sm_90a) sparse decode, one explicit instantiation per cache
 // format in src/cuda/instantiations/ (compiled for sm_90a only). Only those units include
-// launch.cuh (the seesaw kernel.cuh, or at 1..32 heads with SMLA_DECODE_SM90A_HEADS_IN_N=1
-// heads_in_n_kernel.cuh). Same launch inputs (DecodeLaunch: schedule, workspace) as the portable
-// split kernels; never paired; grid (num_parts, ceil(h_q / 64)).
+// launch.cuh (and through it kernel.cuh). Same launch inputs (DecodeLaunch: schedule, workspace)
+// as the portable split kernels; never paired; grid (num_parts, ceil(h_q / 64)).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,8 +12,7 @@
 
 namespace sparse_mla::cuda::sm90a_decode {
 
-// Dynamic shared memory of the instantiation (the seesaw's plan, the larger of its kernels', plus
-// 1 KiB of alignment slack).
+// Dynamic shared memory of the instantiation (the seesaw's plan plus 1 KiB of alignment slack).
 template <KvCacheFormat kFormat, int kDqk>
 int sm90a_decode_smem_bytes();
 
