@@ -230,7 +230,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "sm90a_sparse_decode": Family(
         has_format=True,
-        kernel_header=lambda k: "cuda/sm90a/sparse_decode/launch.cuh",
+        kernel_header=lambda k: "cuda/sm90a/sparse_decode/kernel.cuh",
         namespace="sparse_mla::cuda::sm90a_decode",
         instantiations=lambda k: [
             f"template int sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>();",

@@ -73,33 +73,32 @@ TEST_P(TransposedWgmma, ScoresAndProductsMatchTheHost) {
   ASSERT_EQ(result.scores.size(), static_cast<size_t>(kKeys) * heads);
   ASSERT_EQ(result.products.size(), static_cast<size_t>(kDv) * heads);
 
+  // got [rows][heads] against sum over i < inner of a(row, i) * b(head, i), exact; the first 16
+  // differences are named.
   int wrong = 0;
-  for (int key = 0; key < kKeys; ++key) {
-    for (int h = 0; h < heads; ++h) {
-      float want = 0.0f;
-      for (int d = 0; d < d_qk; ++d) {
-        want += bf16_value(k[static_cast<size_t>(key) * d_qk + d]) *
-                bf16_value(q[static_cast<size_t>(h) * d_qk + d]);
-      }
-      const float got = result.scores[static_cast<size_t>(key) * heads + h];
-      if (got != want && ++wrong <= 8) {
-        ADD_FAILURE() << "S^T[key " << key << "][head " << h << "] = " << got << ", want " << want;
-      }
-    }
-  }
-  for (int dim = 0; dim < kDv; ++dim) {
-    for (int h = 0; h < heads; ++h) {
-      float want = 0.0f;
-      for (int key = 0; key < kKeys; ++key) {
-        want += bf16_value(k[static_cast<size_t>(key) * d_qk + dim]) *
-                bf16_value(pt[static_cast<size_t>(h) * kKeys + key]);
-      }
-      const float got = result.products[static_cast<size_t>(dim) * heads + h];
-      if (got != want && ++wrong <= 16) {
-        ADD_FAILURE() << "O^T[dim " << dim << "][head " << h << "] = " << got << ", want " << want;
+  const auto check = [&](const char* what, const char* row_name, int rows, int inner,
+                         const std::vector<float>& got, auto&& a, auto&& b) {
+    for (int row = 0; row < rows; ++row) {
+      for (int h = 0; h < heads; ++h) {
+        float want = 0.0f;
+        for (int i = 0; i < inner; ++i) want += a(row, i) * b(h, i);
+        const float value = got[static_cast<size_t>(row) * heads + h];
+        if (value != want && ++wrong <= 16) {
+          ADD_FAILURE() << what << "[" << row_name << " " << row << "][head " << h
+                        << "] = " << value << ", want " << want;
+        }
       }
     }
-  }
+  };
+  const auto at = [](const std::vector<uint16_t>& v, int64_t i) { return bf16_value(v[i]); };
+  check(
+      "S^T", "key", kKeys, d_qk, result.scores,
+      [&](int key, int d) { return at(k, int64_t{key} * d_qk + d); },
+      [&](int h, int d) { return at(q, int64_t{h} * d_qk + d); });
+  check(
+      "O^T", "dim", kDv, kKeys, result.products,
+      [&](int dim, int key) { return at(k, int64_t{key} * d_qk + dim); },
+      [&](int h, int key) { return at(pt, int64_t{h} * kKeys + key); });
   EXPECT_EQ(wrong, 0) << " elements differ";
 }
 

@@ -71,13 +71,12 @@ __device__ __forceinline__ void issue_transposed_scores(uint32_t q, uint32_t kv,
   }
 }
 
-// One half of stage kStage's scores once it has landed (and Prepare made it bf16).
-template <int kDqk, int kN, int kStage, int kHalf, bool kOverwrite, class Prepare, class SmemT>
+// One half of stage kStage's scores once it has landed.
+template <int kDqk, int kN, int kStage, int kHalf, bool kOverwrite, class SmemT>
 __device__ __forceinline__ void issue_transposed_score_half(uint32_t q, SmemT& sm, uint32_t parity,
                                                             float (&s)[kN / 2]) {
   const uint32_t kv = smem_u32(sm.kv[kStage]);
   ptx::mbarrier_wait_parity(smem_u32(&sm.full[2 * kStage + kHalf]), parity);
-  Prepare::template half<kStage, kHalf>(sm);
   if constexpr (kHalf == 0) {
     issue_transposed_scores<kN, 0, kLeftPanels, kOverwrite>(q, kv, s);
   } else {
@@ -87,14 +86,14 @@ __device__ __forceinline__ void issue_transposed_score_half(uint32_t q, SmemT& s
 
 // S^T of the warpgroup's block (stage kStage) at ring parity `parity`: the half the producer
 // fills first is converted and scored first, so its MMAs run while the other half converts.
-template <int kDqk, int kN, int kStage, class Prepare, class SmemT>
+template <int kDqk, int kN, int kStage, class SmemT>
 __device__ __forceinline__ void transposed_scores(uint32_t q, SmemT& sm, uint32_t parity,
                                                   float (&s)[kN / 2]) {
   constexpr int kFirst = kFirstScoreHalf<kStage>;
   ptx::wgmma_fence_operands(s);
   ptx::wgmma_fence();
-  issue_transposed_score_half<kDqk, kN, kStage, kFirst, true, Prepare>(q, sm, parity, s);
-  issue_transposed_score_half<kDqk, kN, kStage, 1 - kFirst, false, Prepare>(q, sm, parity, s);
+  issue_transposed_score_half<kDqk, kN, kStage, kFirst, true>(q, sm, parity, s);
+  issue_transposed_score_half<kDqk, kN, kStage, 1 - kFirst, false>(q, sm, parity, s);
   ptx::wgmma_commit_group();
   ptx::wgmma_wait_group<0>();
   ptx::wgmma_fence_operands(s);
@@ -203,7 +202,7 @@ __device__ __forceinline__ void fence_outputs(float (&o)[kValuePanels][kN / 2]) 
 // One block of the warpgroup (stage kStage of ring pair `ring_pair`): scores, column softmax,
 // products; each half-stage is freed once the products that read it are done, the half the
 // producer refills first (kFirstScoreHalf) first. last: the item's last block (its scores free Q).
-template <int kDqk, int kN, int kStage, class Prepare, class SmemT>
+template <int kDqk, int kN, int kStage, class SmemT>
 __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const ColumnPlace& at,
                                               float scale_log2, uint32_t ring_pair, bool last,
                                               ColumnState<kN>& st,
@@ -211,7 +210,7 @@ __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const Colum
   constexpr int kColumns = HeadsInN<kN>::kColumns;
   constexpr int kFirst = kFirstScoreHalf<kStage>;
   float s[kN / 2];
-  transposed_scores<kDqk, kN, kStage, Prepare>(q, sm, ring_pair & 1, s);
+  transposed_scores<kDqk, kN, kStage>(q, sm, ring_pair & 1, s);
   if (last) arrive_per_warp(sm.q_empty, at.lane);
   float mx[kColumns], m_use[kColumns], alpha[kColumns];
   column_maxima<kN, kStage>(sm, sm.valid[kStage], at, scale_log2, s, mx);
@@ -256,7 +255,7 @@ __device__ __forceinline__ void consume_block(uint32_t q, SmemT& sm, const Colum
 // One work item's blocks (num_pairs >= 0, from the CTA's ring pair `ring_pairs` on; its Q at phase
 // `item_count` of q_full): o and st start from zero, each of the warpgroup's blocks runs through
 // consume_block, and an item without pairs frees Q as soon as it has landed.
-template <int kDqk, int kN, class Prepare, class SmemT>
+template <int kDqk, int kN, class SmemT>
 __device__ __forceinline__ void consume_item_blocks(uint32_t q, SmemT& sm, const ColumnPlace& at,
                                                     float scale_log2, int num_pairs,
                                                     uint32_t ring_pairs, uint32_t item_count,
@@ -272,21 +271,21 @@ __device__ __forceinline__ void consume_item_blocks(uint32_t q, SmemT& sm, const
   for (int pair = 0; pair < num_pairs; ++pair) {
     const bool last = pair + 1 == num_pairs;
     if (at.wg == 0) {
-      consume_block<kDqk, kN, 0, Prepare>(q, sm, at, scale_log2, ring_pairs + pair, last, st, o);
+      consume_block<kDqk, kN, 0>(q, sm, at, scale_log2, ring_pairs + pair, last, st, o);
     } else {
-      consume_block<kDqk, kN, 1, Prepare>(q, sm, at, scale_log2, ring_pairs + pair, last, st, o);
+      consume_block<kDqk, kN, 1>(q, sm, at, scale_log2, ring_pairs + pair, last, st, o);
     }
   }
   if (num_pairs == 0) arrive_per_warp(sm.q_empty, at.lane);
 }
 
 // A work item's end: the two warpgroups' states merged per head (M = max(m0, m1); each side's
-// sums and O^T scaled by 2^(m_w - M)), M and the merged sum into m and l, and with kTrueMax the
-// item's true max (both sides' st.max) into true_max. Warpgroup w keeps panels [4 w, 4 w + 4) of
+// sums and O^T scaled by 2^(m_w - M)), M and the merged sum into m and l, and the item's true
+// max (both sides' st.max) into true_max. Warpgroup w keeps panels [4 w, 4 w + 4) of
 // O^T (dims 256 w ..), merged with the peer's part of them (through `merge`, kMergePanels a
 // round), in `keep`; o is dead on return (its registers free for the store). The next item's
 // statistics barrier orders this item's reads of `merge` before its writes.
-template <int kN, bool kTrueMax, class SmemT>
+template <int kN, class SmemT>
 __device__ __forceinline__ void merge_warpgroups(
     SmemT& sm, const ColumnPlace& at, ColumnState<kN>& st, float (&o)[kValuePanels][kN / 2],
     float (&keep)[kLeftPanels][kN / 2], float (&m)[HeadsInN<kN>::kColumns],
@@ -303,7 +302,7 @@ __device__ __forceinline__ void merge_warpgroups(
       sm.column_sum[at.wg][at.warp][at.head(j)] = st.l[j];
       if (at.warp == 0) {
         sm.column_m[at.wg][at.head(j)] = st.m[j];
-        if constexpr (kTrueMax) sm.column_true_max[at.wg][at.head(j)] = st.max[j];
+        sm.column_true_max[at.wg][at.head(j)] = st.max[j];
       }
     }
   }
@@ -314,7 +313,7 @@ __device__ __forceinline__ void merge_warpgroups(
     const int h = at.head(j);
     const float m0 = sm.column_m[0][h], m1 = sm.column_m[1][h];
     m[j] = fmaxf(m0, m1);
-    if constexpr (kTrueMax) true_max[j] = fmaxf(sm.column_true_max[0][h], sm.column_true_max[1][h]);
+    true_max[j] = fmaxf(sm.column_true_max[0][h], sm.column_true_max[1][h]);
     const float m_use = usable_max(m[j]);
     const float f0 = fast_exp2(m0 - m_use), f1 = fast_exp2(m1 - m_use);
     float l0 = 0.0f, l1 = 0.0f;

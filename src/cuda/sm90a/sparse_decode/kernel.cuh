@@ -196,11 +196,11 @@ __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::Dec
 // An FP8 half-stage's copies (issue_half): per row, the raw e4m3 units of the half into the upper
 // part of its fp8 panels, the row's scales of the half into its lower 512 B and (half 1) the
 // bf16 tail into its panel; the validity flags with the block's first half.
-template <class Traits, int kStage, int kHalf, class SmemT>
+template <class Traits, int kStage, int kHalf>
 __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
                                                const CacheDividers& div, const BlockRows& rows,
                                                const ProducerPlace& at, bool writes_flags,
-                                               uint32_t tile, SmemT& sm) {
+                                               uint32_t tile, Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kQuantPanels = Traits::kQuantDims / 64;
   constexpr int kRawPitch = kPanels * 64;
@@ -240,10 +240,11 @@ __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
 // (cp.async.mbarrier.arrive.noinc) and, for the chunk-0 thread of each row, after its flags. A
 // bf16 cache's rows go into the tile as they are; an FP8 cache's raw units, scales and tail are
 // converted by the scoring warpgroup (convert_half).
-template <class Traits, int kStage, int kHalf, class SmemT>
+template <class Traits, int kStage, int kHalf>
 __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const CacheDividers& div,
                                            const BlockRows& rows, const ProducerPlace& at,
-                                           uint32_t ring_pair, bool writes_flags, SmemT& sm) {
+                                           uint32_t ring_pair, bool writes_flags,
+                                           Smem<Traits::kDqk>& sm) {
   if (ring_pair > 0) {
     ptx::mbarrier_wait_parity(smem_u32(&sm.empty[2 * kStage + kHalf]), (ring_pair - 1) & 1);
   }
@@ -299,8 +300,8 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
 // units are read into registers before the second barrier and written after it. Then the
 // async-proxy fence and a third barrier, after which the warpgroup's MMAs may read the half. The
 // other warpgroup reads it only after the P0 / P1 barrier that this one reaches after its scores.
-template <class Traits, int kStage, int kHalf, class SmemT>
-__device__ __forceinline__ void convert_half(SmemT& sm) {
+template <class Traits, int kStage, int kHalf>
+__device__ __forceinline__ void convert_half(Smem<Traits::kDqk>& sm) {
   constexpr int kPanels = kFp8Panels<Traits::kQuantDims, kHalf>;
   constexpr int kRawPitch = kPanels * 64;
   const ProducerPlace at(static_cast<int>(threadIdx.x) & (kProducerThreads - 1));
@@ -373,10 +374,10 @@ template <class Traits>
 using ScorerPrepare =
     std::conditional_t<Traits::kFormat == KvCacheFormat::kBf16, NoPrepare, ConvertInScorer<Traits>>;
 
-template <class Traits, class SmemT>
+template <class Traits>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0, int t,
-                                        SmemT& sm) {
+                                        Smem<Traits::kDqk>& sm) {
   constexpr int kDqk = Traits::kDqk;
   const detail::DecodeParams& p = launch.p;
   const ProducerPlace at(t);
@@ -384,17 +385,14 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
   const int ahead_block = t / kBlockKeys, ahead_row = t % kBlockKeys;  // prefetch_slot's row
   uint32_t ring_pairs = 0;  // pairs of the pieces before this one: the ring's phase
   uint32_t item_count = 0;
-  // The head group's rows of query (b, s) into the Q tile (SmemT::kQRows rows, panels
-  // SmemT::kQPanelBytes apart); the consumers wait on q_full.
+  // The head group's rows of query (b, s) into the Q tile; the consumers wait on q_full.
   const auto copy_q = [&](int64_t b, int64_t s) {
     const uint8_t* q = reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
-    static_assert(SmemT::kQRows % 16 == 0 && SmemT::kQRows <= kHeadRows);
-    copy_rows<0, kDqk / 64, SmemT::kQRows / 16, SmemT::kQPanelBytes>(
-        smem_u32(sm.q), at, [&](int r, bool* valid) {
-          const int head = head0 + at.group + 16 * r;
-          *valid = head < p.problem.h_q;
-          return q + (*valid ? head : 0) * p.q_stride_h * 2;
-        });
+    copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
+      const int head = head0 + at.group + 16 * r;
+      *valid = head < p.problem.h_q;
+      return q + (*valid ? head : 0) * p.q_stride_h * 2;
+    });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
   };
   for (int32_t query = part.begin_query; query <= part.end_query; ++query, ++item_count) {
@@ -483,26 +481,6 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
   }
 }
 
-// The role split of the decode's CTA once the plan is set up: the producer warpgroup runs
-// produce(producer thread) under kProducerRegs, the consumers consume(thread) under
-// kConsumerRegs. The combine (a programmatic dependent launch, combine/split_combine.cu) may be
-// launched first: its CTAs take the SMs as this grid's CTAs leave and wait there for the whole
-// grid's results (griddepcontrol.wait), so its launch no longer follows this grid's end. Only for
-// a grid of one wave (the launch shape's one CTA per SM), where no CTA of this grid can be left
-// waiting for an SM that a waiting combine CTA holds.
-template <class Produce, class Consume>
-__device__ __forceinline__ void run_decode_roles(Produce&& produce_rows, Consume&& consume_rows) {
-  const int thread = threadIdx.x;
-  if (gridDim.x * gridDim.y <= ptx::sm_count()) ptx::launch_dependents();
-  if (thread >= kConsumerThreads) {
-    ptx::setmaxnreg_dec<kProducerRegs>();
-    produce_rows(thread - kConsumerThreads);
-  } else {
-    ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume_rows(thread);
-  }
-}
-
 template <class Traits>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90a_sparse_decode_kernel(const DecodeLaunch launch) {
@@ -510,24 +488,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr int kDqk = Traits::kDqk;
   extern __shared__ uint8_t smem_raw[];
   Smem<kDqk>& sm = set_up_seesaw_cta<kDqk>(smem_raw, kFullArrivals);
+  const int thread = threadIdx.x;
   const planning::DecodePartSchedule part = launch.parts[blockIdx.x];
   const int head0 = static_cast<int>(blockIdx.y) * kHeadRows;
-  run_decode_roles([&](int t) { produce<Traits>(launch, part, head0, t, sm); },
-                   [&](int t) { consume<Traits>(launch, part, head0, t, sm); });
+  // The combine (a programmatic dependent launch, combine/split_combine.cu) may be launched now:
+  // its CTAs take the SMs as this grid's CTAs leave and wait there for the whole grid's results
+  // (griddepcontrol.wait), so its launch no longer follows this grid's end. Only for a
+  // grid of one wave (the launch shape's one CTA per SM), where no CTA of this grid can be left
+  // waiting for an SM that a waiting combine CTA holds.
+  if (gridDim.x * gridDim.y <= ptx::sm_count()) ptx::launch_dependents();
+  if (thread >= kConsumerThreads) {
+    ptx::setmaxnreg_dec<kProducerRegs>();
+    produce<Traits>(launch, part, head0, thread - kConsumerThreads, sm);
+  } else {
+    ptx::setmaxnreg_inc<kConsumerRegs>();
+    consume<Traits>(launch, part, head0, thread, sm);
+  }
 #else
   __trap();
 #endif
 }
 
-// The seesaw decode's launch: grid (parts, head groups of 64), one CTA of kThreads per SM.
-template <int kDqk>
-inline constexpr int kSeesawDecodeSmemBytes = static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
+template <KvCacheFormat kFormat, int kDqk>
+int sm90a_decode_smem_bytes() {
+  return static_cast<int>(sizeof(Smem<kDqk>)) + 1024;
+}
 
 template <KvCacheFormat kFormat, int kDqk>
-Status launch_seesaw_decode(const DecodeLaunch& launch, cudaStream_t stream) {
+Status launch_sm90a_sparse_decode(const DecodeLaunch& launch, cudaStream_t stream) {
   using Traits = KvTraits<kFormat, kDqk>;
   const int head_groups = static_cast<int>((launch.p.problem.h_q + kHeadRows - 1) / kHeadRows);
-  constexpr int smem = kSeesawDecodeSmemBytes<kDqk>;
+  const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_decode_kernel<Traits>, smem));
   const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
   sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);

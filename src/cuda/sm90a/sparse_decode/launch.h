@@ -1,7 +1,7 @@
-// Host-side launcher of the Hopper (sm_90a) sparse decode, one explicit instantiation per cache
-// format in src/cuda/instantiations/ (compiled for sm_90a only). Only those units include
-// launch.cuh (and through it kernel.cuh). Same launch inputs (DecodeLaunch: schedule, workspace)
-// as the portable split kernels; never paired; grid (num_parts, ceil(h_q / 64)).
+// Host-side launcher of the Hopper (sm_90a) FP8 sparse decode kernel, one explicit instantiation
+// per cache format in src/cuda/instantiations/ (compiled for sm_90a only). Only those units
+// include kernel.cuh. Same launch inputs (DecodeLaunch: schedule, workspace) as the portable
+// split kernels; never paired; grid (num_parts, ceil(h_q / 64)).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -74,12 +74,12 @@ __device__ __forceinline__ void consume_heads_in_n(const detail::PrefillParams& 
     const WorkItem w(p, head_groups, item);
     float o[kValuePanels][kN / 2];
     ColumnState<kN> st;
-    consume_item_blocks<kDqk, kN, NoPrepare>(q, sm, at, scale_log2, w.num_pairs, ring_pairs,
-                                             item_count, st, o);
+    consume_item_blocks<kDqk, kN>(q, sm, at, scale_log2, w.num_pairs, ring_pairs, item_count, st,
+                                  o);
     ring_pairs += w.num_pairs;
     float keep[kLeftPanels][kN / 2], m[HeadsInN<kN>::kColumns], l[HeadsInN<kN>::kColumns],
         true_max[HeadsInN<kN>::kColumns];
-    merge_warpgroups<kN, true>(sm, at, st, o, keep, m, l, true_max);
+    merge_warpgroups<kN>(sm, at, st, o, keep, m, l, true_max);
     store_transposed_item<kN>(p, w.token, w.head0, at, sm, keep, m, l, true_max);
   }
 }
