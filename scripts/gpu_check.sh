@@ -17,7 +17,9 @@
 # SMLA_SANITIZER_FILTER (gtest filter), SMLA_SANITIZER_TOOLS (default "memcheck synccheck
 # memcheck@sm90a-decode synccheck@sm90a-decode racecheck": TOOL@sm90a-decode runs the subset's
 # FP8 and bf16 decode tests with the Hopper decode forced, TOOL@heads-in-n the subset with the
-# heads-in-N prefill at 1..32 heads (SMLA_PREFILL_SM90A_HEADS_IN_N=1; not in the default list);
+# heads-in-N prefill at 1..32 heads (SMLA_PREFILL_SM90A_HEADS_IN_N=1; not in the default list),
+# TOOL@index-union the draft-token decode tests over index unions (SMLA_DECODE_INDEX_UNION=1; not
+# in the default list);
 # synccheck takes ~5 s and found the wide exchange's bar.sync reached from two branches, fixed in
 # e76e83d),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),
@@ -224,6 +226,11 @@ for i in "${!SANITIZER_TOOLS[@]}"; do
   # at 1..32 heads.
   if [[ $entry == *@heads-in-n ]]; then
     tool_env=(SMLA_PREFILL_SM90A_CTAS=3 SMLA_PREFILL_SM90A_HEADS_IN_N=1)
+  fi
+  # TOOL@index-union: the draft-token decode tests over their requests' index unions.
+  if [[ $entry == *@index-union ]]; then
+    tool_env=(SMLA_DECODE_INDEX_UNION=1)
+    filter="Formats/PortableDecode.DraftTokens*"
   fi
   echo "==== $tool ${tool_env[*]} --gtest_filter=$filter" >>"$OUT_DIR/sanitizer.log"
   # An equal share of what is left for each tool still to run (the quick ones first, racecheck,

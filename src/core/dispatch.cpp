@@ -161,7 +161,8 @@ uint64_t plan_fingerprint(const DecodePlan& plan) {
         static_cast<int64_t>(plan.head_groups), plan.min_units_per_part}) {
     f.add(static_cast<uint64_t>(v));
   }
-  f.add((plan.warp_specialized ? 1u : 0u) | (plan.paired_head_groups ? 2u : 0u));
+  f.add((plan.warp_specialized ? 1u : 0u) | (plan.paired_head_groups ? 2u : 0u) |
+        (plan.index_union ? 4u : 0u));
   return f.value();
 }
 

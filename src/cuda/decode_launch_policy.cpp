@@ -9,6 +9,7 @@
 #include "planning/decode_part_count.h"
 #include "planning/decode_schedule_builder.h"
 #include "planning/decode_workspace.h"
+#include "planning/index_union.h"
 
 namespace sparse_mla::cuda {
 namespace {
@@ -255,6 +256,32 @@ std::optional<int64_t> sm90a_decode_min_default_pairs(const SparseDecodeProblem&
 bool sm90a_decode_by_default(const SparseDecodeProblem& problem, int sm_count) {
   const std::optional<int64_t> pairs = sm90a_decode_min_default_pairs(problem, sm_count);
   return pairs && sm90a_decode_pairs(problem) >= *pairs;
+}
+
+bool index_union_fits(const SparseDecodeProblem& problem) {
+  const int64_t longest = std::max(problem.topk, problem.has_extra ? problem.extra_topk : 0);
+  return problem.s_q >= 2 && problem.s_q <= planning::kMaxUnionTokens &&
+         problem.s_q * problem.h_q <= kSm90aDecodeRows &&
+         problem.s_q * longest <= planning::kMaxUnionEntries;
+}
+
+SparseDecodeProblem index_union_problem(const SparseDecodeProblem& problem) {
+  SparseDecodeProblem u = problem;
+  u.s_q = 1;
+  u.h_q = problem.s_q * problem.h_q;
+  u.topk = planning::union_capacity(problem.s_q, problem.topk);
+  u.has_topk_length = true;
+  u.topk_length_per_token = false;
+  if (problem.has_extra) {
+    u.extra_topk = planning::union_capacity(problem.s_q, problem.extra_topk);
+    u.has_extra_topk_length = true;
+    u.extra_topk_length_per_token = false;
+  }
+  return u;
+}
+
+bool index_union_chosen(const SparseDecodeProblem& problem, std::optional<int> knob) {
+  return knob && *knob == 1 && index_union_fits(problem);
 }
 
 void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,

@@ -148,6 +148,21 @@ std::optional<int64_t> sm90a_decode_min_default_pairs(const SparseDecodeProblem&
 
 bool sm90a_decode_by_default(const SparseDecodeProblem& problem, int sm_count);
 
+// The index union of the Hopper decode (planning/index_union.h, docs/kernels/index_union.md): a
+// request's s_q draft tokens as one query whose s_q x h_q heads share a 64-row tile, over the
+// union of their lists. It fits 2..kMaxUnionTokens tokens whose heads fill at most the tile and
+// lists of at most kMaxUnionEntries entries a request (s_q x topk, s_q x extra_topk).
+bool index_union_fits(const SparseDecodeProblem& problem);
+
+// The union's call: one query per request (s_q 1) of s_q x h_q heads, whose lists hold
+// union_capacity slots with per-request lengths (the unions' counts).
+SparseDecodeProblem index_union_problem(const SparseDecodeProblem& problem);
+
+// Whether a problem's decode runs over the union: SMLA_DECODE_INDEX_UNION (`knob`) 1 wherever it
+// fits, 0 or unset never. It pays only where the tokens' lists share rows (MTP traffic; the
+// random lists of the test recipe share none unless asked, --shared_indices).
+bool index_union_chosen(const SparseDecodeProblem& problem, std::optional<int> knob);
+
 // Fills what a plan says about the launch: num_sm_parts, workspace_bytes, the typed kernel
 // fields (kernel_config, kernel_family, rows_per_cta, ...) and `reason`.
 void fill_decode_plan(const SparseDecodeProblem& problem, const DeviceLimits& limits,

@@ -27,6 +27,7 @@
 #include "cuda/runtime/device_limits.h"
 #include "cuda/tile_choice.h"
 #include "planning/decode_workspace.h"
+#include "planning/index_union.h"
 
 namespace sparse_mla::detail {
 namespace {
@@ -333,14 +334,23 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
   return {};
 }
 
+// What the split kernel and the combine read of an index union (DecodeLaunch::heads_per_token).
+struct IndexUnionLaunch {
+  int heads_per_token = 0;
+  const uint8_t* bits = nullptr;
+  const uint8_t* extra_bits = nullptr;
+};
+
 // The split decode once its kernel and launch shape are chosen (both decode kernels): the plan's
 // workspace checked, the planner over `block_keys`-key blocks (schedule kBuild), the kernel's
 // launch filled from the workspace and run by `launch_kernel(launch, stream)`, then the combine.
+// Over an index union `params` is the union's call (index_union_params) and `over_union` says
+// where its bits are.
 template <class LaunchKernel>
 Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void* workspace,
                         size_t workspace_bytes, DecodeSchedule schedule, cudaStream_t stream,
                         const cuda::DecodeLaunchShape& shape, int block_keys,
-                        LaunchKernel&& launch_kernel) {
+                        LaunchKernel&& launch_kernel, const IndexUnionLaunch& over_union = {}) {
   const int num_parts = plan.num_sm_parts;
   const int64_t num_queries = params.problem.b * params.problem.s_q;
   const planning::DecodeWorkspaceLayout layout =
@@ -371,8 +381,12 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
   launch.partial_lse = ws.partial_lse;
   launch.partial_out = ws.partial_out;
   launch.pair_head_groups = shape.clusters > 0;
+  launch.heads_per_token = over_union.heads_per_token;
+  launch.union_bits = over_union.bits;
+  launch.extra_union_bits = over_union.extra_bits;
   SMLA_RETURN_IF_ERROR(launch_kernel(launch, stream));
-  return cuda::launch_split_combine(params, num_parts, workspace, stream);
+  return cuda::launch_split_combine(params, num_parts, workspace, stream,
+                                    over_union.heads_per_token);
 }
 
 Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, void* workspace,
@@ -395,6 +409,11 @@ Status portable_decode_run(const DecodeParams& params, const DecodePlan& plan, v
 }
 
 // ---- Hopper decode (sm_90a) -----------------------------------------------------------------
+
+// Whether the decode of `problem` runs over its requests' index unions (SMLA_DECODE_INDEX_UNION).
+bool index_union_chosen(const SparseDecodeProblem& problem) {
+  return cuda::index_union_chosen(problem, cuda::cuda_knobs().decode_index_union.value);
+}
 
 // The Hopper decode for the problem's cache format if this build has it and it can run here:
 // an sm_90 device with the shared memory it needs, 1..128 heads (fewer than 64 in a group pad its
@@ -441,7 +460,7 @@ const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& prob
     return nullptr;
   }
   if (!sm90_device_fits(problem.device, entry->smem(), why_not)) return nullptr;
-  if (!knob) {
+  if (!knob && !index_union_chosen(problem)) {
     DeviceLimits limits;
     if (!device_limits(problem.device, &limits, why_not)) return nullptr;
     if (!cuda::sm90a_decode_by_default(problem, limits.sm_count)) {
@@ -468,6 +487,70 @@ bool sm90a_decode_supports(const SparseDecodeProblem& problem, std::string* why_
 using cuda::kSm90aDecodeBlockKeys;
 using cuda::kSm90aDecodeRows;
 
+// The Hopper decode's launch of `problem`, or of its union's call (`launched`). Over an index
+// union the plain cost line over every SM: the part-count rule sizes parts for full lists, and a
+// union is shorter than s_q full lists by the rows its tokens share.
+cuda::DecodeLaunchShape sm90a_decode_shape(const SparseDecodeProblem& launched,
+                                           const DeviceLimits& limits, bool over_union) {
+  cuda::DecodeLaunchShape shape =
+      cuda::one_cta_per_sm_decode_shape(launched, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
+  if (over_union) {
+    shape.num_parts = std::max(1, limits.sm_count / shape.head_groups);
+    shape.min_units = 0;
+    shape.working_parts = shape.num_parts;
+  }
+  return shape;
+}
+
+// The workspace of the Hopper decode's plan: the split decode's regions for the launched call,
+// then (over an index union) the union's.
+struct Sm90aDecodeWorkspace {
+  planning::DecodeWorkspaceLayout decode;
+  planning::IndexUnionLayout index_union;
+  int64_t total_bytes = 0;
+};
+
+Sm90aDecodeWorkspace sm90a_decode_workspace(const SparseDecodeProblem& problem,
+                                            const SparseDecodeProblem& launched, int num_parts,
+                                            bool over_union) {
+  Sm90aDecodeWorkspace ws;
+  ws.decode =
+      planning::decode_workspace_layout(launched.b * launched.s_q, num_parts, launched.h_q, 512);
+  ws.total_bytes = ws.decode.total_bytes;
+  if (over_union) {
+    ws.index_union =
+        planning::index_union_layout(ws.decode.total_bytes, problem.b, problem.s_q, problem.topk,
+                                     problem.has_extra ? problem.extra_topk : 0);
+    ws.total_bytes = ws.index_union.end;
+  }
+  return ws;
+}
+
+// The union's call: its lists and lengths in the workspace, q, out, lse and the sink those of the
+// call (the kernels map union row r back to head r % h_q of token r / h_q).
+DecodeParams index_union_params(const DecodeParams& params, const SparseDecodeProblem& launched,
+                                const planning::IndexUnionLayout& layout, void* workspace) {
+  const planning::IndexUnion u = planning::carve_index_union(workspace, layout);
+  DecodeParams up = params;
+  up.problem = launched;
+  const auto union_list = [](int32_t* indices, int32_t* count, int64_t capacity) {
+    IndexListParams list;
+    list.indices = indices;
+    list.indices_stride_b = capacity;
+    list.indices_stride_s = 0;
+    list.topk = capacity;
+    list.topk_length = count;
+    list.topk_length_stride_b = 1;
+    list.topk_length_stride_s = 0;
+    return list;
+  };
+  up.list = union_list(u.indices, u.count, layout.capacity);
+  if (params.has_extra) {
+    up.extra_list = union_list(u.extra_indices, u.extra_count, layout.extra_capacity);
+  }
+  return up;
+}
+
 Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, DecodePlan* plan) {
   std::string why_not;
   const cuda::Sm90aDecodeEntry* entry = sm90a_decode_entry(problem, &why_not);
@@ -476,12 +559,13 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   if (!device_limits(problem.device, &limits, &why_not)) {
     return unsupported("plan_sparse_decode: " + why_not);
   }
-  const cuda::DecodeLaunchShape shape =
-      cuda::one_cta_per_sm_decode_shape(problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
-  const planning::DecodeWorkspaceLayout layout =
-      planning::decode_workspace_layout(problem.b * problem.s_q, shape.num_parts, problem.h_q, 512);
+  const bool over_union = index_union_chosen(problem);
+  const SparseDecodeProblem launched = over_union ? cuda::index_union_problem(problem) : problem;
+  const cuda::DecodeLaunchShape shape = sm90a_decode_shape(launched, limits, over_union);
   plan->num_sm_parts = shape.num_parts;
-  plan->workspace_bytes = static_cast<size_t>(layout.total_bytes);
+  plan->workspace_bytes = static_cast<size_t>(
+      sm90a_decode_workspace(problem, launched, shape.num_parts, over_union).total_bytes);
+  plan->index_union = over_union;
   plan->kernel_config = entry->name;
   plan->kernel_family = "sm90a_sparse_decode";
   plan->rows_per_cta = kSm90aDecodeRows;
@@ -490,13 +574,18 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   plan->warp_specialized = true;
   plan->paired_head_groups = false;
   plan->min_units_per_part = shape.min_units;
-  plan->reason = "Hopper seesaw (a copying producer warpgroup, wgmma consumers that dequantise): " +
-                 std::to_string(shape.num_parts) + " parts x " + std::to_string(shape.head_groups) +
-                 " head groups of 64 rows x 64-key blocks" +
-                 (shape.min_units > 0 ? " (parts of >= " + std::to_string(shape.min_units) +
-                                            " units: sized for full lists)"
-                                      : "") +
-                 " = 1 CTA per SM on " + std::to_string(limits.sm_count) + " SMs";
+  plan->reason =
+      "Hopper seesaw (a copying producer warpgroup, wgmma consumers that dequantise): " +
+      std::to_string(shape.num_parts) + " parts x " + std::to_string(shape.head_groups) +
+      " head groups of 64 rows x 64-key blocks" +
+      (shape.min_units > 0
+           ? " (parts of >= " + std::to_string(shape.min_units) + " units: sized for full lists)"
+           : "") +
+      " = 1 CTA per SM on " + std::to_string(limits.sm_count) + " SMs" +
+      (over_union
+           ? "; the " + std::to_string(problem.s_q) + " tokens of a request as one query of " +
+                 std::to_string(launched.h_q) + " heads over the union of their lists"
+           : "");
   return {};
 }
 
@@ -512,11 +601,30 @@ Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void
   }
   cuda::DeviceGuard guard;
   SMLA_RETURN_IF_ERROR(guard.enter(params.problem.device.index));
-  const cuda::DecodeLaunchShape shape = cuda::one_cta_per_sm_decode_shape(
-      params.problem, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
-  return run_split_decode(params, plan, workspace, workspace_bytes, schedule,
-                          static_cast<cudaStream_t>(options.stream), shape, kSm90aDecodeBlockKeys,
-                          entry->launch);
+  const auto stream = static_cast<cudaStream_t>(options.stream);
+  if (!plan.index_union) {
+    const cuda::DecodeLaunchShape shape = sm90a_decode_shape(params.problem, limits, false);
+    return run_split_decode(params, plan, workspace, workspace_bytes, schedule, stream, shape,
+                            kSm90aDecodeBlockKeys, entry->launch);
+  }
+  // Over an index union: the unions of this call's lists, then the split decode of the union's
+  // call with its schedule built every call (the unions' lengths change with the lists, whatever
+  // `schedule` says).
+  const SparseDecodeProblem launched = cuda::index_union_problem(params.problem);
+  const cuda::DecodeLaunchShape shape = sm90a_decode_shape(launched, limits, true);
+  const Sm90aDecodeWorkspace ws =
+      sm90a_decode_workspace(params.problem, launched, plan.num_sm_parts, true);
+  if (workspace == nullptr || static_cast<int64_t>(workspace_bytes) < ws.total_bytes) {
+    return invalid_argument("sparse_decode: the workspace (" + std::to_string(workspace_bytes) +
+                            " bytes) does not fit the plan's index union (" +
+                            std::to_string(ws.total_bytes) + " bytes)");
+  }
+  SMLA_RETURN_IF_ERROR(cuda::launch_index_union(params, ws.index_union, workspace, stream));
+  const planning::IndexUnion u = planning::carve_index_union(workspace, ws.index_union);
+  const IndexUnionLaunch over_union{static_cast<int>(params.problem.h_q), u.bits, u.extra_bits};
+  return run_split_decode(index_union_params(params, launched, ws.index_union, workspace), plan,
+                          workspace, workspace_bytes, DecodeSchedule::kBuild, stream, shape,
+                          kSm90aDecodeBlockKeys, entry->launch, over_union);
 }
 
 constexpr PrefillKernel kPrefillKernels[] = {

@@ -16,6 +16,9 @@
 //                                         wherever it can, 0 never; unset, where its launch has
 //                                         enough work (sm90a_decode_by_default,
 //                                         decode_launch_policy.h; kernel_tables.cpp)
+//   SMLA_DECODE_INDEX_UNION      0 | 1    1: the Hopper decode over the union of each request's
+//                                         draft tokens' lists wherever it fits; 0 or unset never
+//                                         (index_union_chosen, decode_launch_policy.h)
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads
 //                                         (decode_launch_policy.cpp)
 //   SMLA_DECODE_WARP_SPECIALIZED 0 | 1    producer warps in the 16-row FP8 decode tile
@@ -47,6 +50,7 @@ struct CudaKnobs {
   detail::EnvKnob prefill_sm90a_heads_in_n;
   detail::EnvKnob decode_block_keys;
   detail::EnvKnob decode_sm90a;
+  detail::EnvKnob decode_index_union;
   detail::EnvKnob decode_pair_head_groups;
   detail::EnvKnob decode_warp_specialized;
   detail::EnvKnob combine_column_slices;

@@ -235,6 +235,26 @@ TEST(Cli, BenchSharedIndicesNamesRecordsAndGathersFewerRows) {
   }
 }
 
+// The draft-tokens suite: MTP rows whose draft tokens share 0, 50 or 90 % of their indices, each
+// shared fraction its own case (name and flags), run on the CPU back end at a small scale.
+TEST(Cli, BenchDraftTokensSuiteNamesTheSharedFraction) {
+  CliRun list = run_cli("bench --suite draft-tokens --list_cases");
+  ASSERT_EQ(list.exit_code, 0) << list.output;
+  for (const char* flags : {"--format v32_fp8 --b 64 --s_q 2 --h_q 32 --topk 2048",
+                            "--shared_indices 0.50", "--shared_indices 0.90"}) {
+    EXPECT_NE(list.output.find(flags), std::string::npos) << flags << "\n" << list.output;
+  }
+  BenchRun run = run_bench(
+      "--backend cpu --suite draft-tokens --filter 'h_q=16 b=12 s_q=4 ' --scale 0.01 --iters 2",
+      "draft");
+  ASSERT_EQ(run.cli.exit_code, 0) << run.cli.output;
+  ASSERT_EQ(run.json["cases"].size(), 3u);
+  EXPECT_EQ(run.json["cases"][0]["name"],
+            "decode v4_fp8 h_q=16 b=12 s_q=4 topk=128(p256)+512(p64)");
+  EXPECT_EQ(run.json["cases"][2]["name"],
+            "decode v4_fp8 h_q=16 b=12 s_q=4 topk=128(p256)+512(p64) shared=0.90");
+}
+
 // The v41 suite: each V4.1 case (v41_fp8 main + v41_fp4 extra) beside the same problem stored as
 // v4_fp8 records; bytes count each cache with its own record size.
 TEST(Cli, BenchV41SuiteRunsEachCaseBesideItsV4Storage) {

@@ -147,6 +147,31 @@ void add_tp_shards(std::vector<BenchCase>* cases) {
   }
 }
 
+// MTP verification under tensor parallelism: a request's s_q tokens (one plus drafts) whose index
+// lists share a fraction of their entries (0, 0.5, 0.9: real drafts overlap heavily), at the head
+// shards whose s_q x h_q rows fit one 64-row tile, so the index union of the Hopper decode
+// (SMLA_DECODE_INDEX_UNION, docs/kernels/index_union.md) can be read against the tokens' own
+// lists. V3.2 (topk 2048) with one draft at 16 and 32 heads; V4 (128 + 512) with three at 16.
+void add_draft_tokens(std::vector<BenchCase>* cases) {
+  const std::string s = "draft-tokens";
+  for (int64_t h : {16, 32}) {
+    for (int64_t b : {1, 64}) {
+      for (double shared : {0.0, 0.5, 0.9}) {
+        BenchCase c = v32_decode_case(s, h, b, 2048, std::nullopt);
+        c.decode.shared_indices = shared;
+        cases->push_back(c);
+      }
+    }
+  }
+  for (int64_t b : {1, 12, 64, 128}) {
+    for (double shared : {0.0, 0.5, 0.9}) {
+      BenchCase c = v4_decode_case(s, 16, b, 4, 128, 512, std::nullopt);
+      c.decode.shared_indices = shared;
+      cases->push_back(c);
+    }
+  }
+}
+
 // DeepSeek V4.1 decode (issue 24): a v41_fp8 sliding-window cache (page 256, topk 128) with a
 // v41_fp4 compressed cache (page 64, topk 512), h_q 64 and 16 (V4.1's head count and a TP-4
 // shard), one query token or one plus three drafts. Each case is followed by the same problem
@@ -286,7 +311,7 @@ BenchCase BenchCase::scaled(double scale) const {
 }
 
 std::vector<std::string> suite_names() {
-  return {"v32", "v4-flash", "v4-pro", "tp-shards", "v41", "v4", "all"};
+  return {"v32", "v4-flash", "v4-pro", "tp-shards", "draft-tokens", "v41", "v4", "all"};
 }
 
 Status suite_cases(std::string_view suite, std::vector<BenchCase>* cases) {
@@ -299,6 +324,8 @@ Status suite_cases(std::string_view suite, std::vector<BenchCase>* cases) {
     add_v4_pro(cases);
   } else if (suite == "tp-shards") {
     add_tp_shards(cases);
+  } else if (suite == "draft-tokens") {
+    add_draft_tokens(cases);
   } else if (suite == "v41") {
     add_v41(cases);
   } else if (suite == "v4") {
@@ -309,6 +336,7 @@ Status suite_cases(std::string_view suite, std::vector<BenchCase>* cases) {
     add_v4_flash(cases);
     add_v4_pro(cases);
     add_tp_shards(cases);
+    add_draft_tokens(cases);
     add_v41(cases);
     // v41's V4 companions at one query token are tp-shards cases: run each problem once.
     std::vector<std::string> seen;

@@ -76,8 +76,8 @@ struct BenchCase {
   BenchCase scaled(double scale) const;
 };
 
-// "v32", "v4-flash", "v4-pro", "tp-shards", "v41", and the unions "v4" (flash + pro) and "all"
-// (every case once: a case of two suites, by name, runs in the first).
+// "v32", "v4-flash", "v4-pro", "tp-shards", "draft-tokens", "v41", and the unions "v4" (flash +
+// pro) and "all" (every case once: a case of two suites, by name, runs in the first).
 std::vector<std::string> suite_names();
 inline constexpr std::string_view kDefaultSuite = "v4";
 // Cases of one suite, in order; invalid_argument naming the suite if it is unknown.

@@ -74,6 +74,9 @@ struct CombineArgs {
   int64_t lse_stride_b, lse_stride_s, lse_stride_h;
   int64_t s_q;
   int32_t h_q;
+  // Heads of one token: h_q, or over an index union (s_q 1, the request's tokens' heads as h_q)
+  // the call's own, so that head r is head r % heads_per_token of token r / heads_per_token.
+  int32_t heads_per_token;
 };
 
 __device__ float warp_max(float v) {
@@ -144,10 +147,13 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
   if (head >= a.h_q) return;
   const int col0 = slice * Tiling::kColsPerWarp + lane * 4;
 
-  const int64_t b_idx = query / a.s_q, s_idx = query % a.s_q;
+  const int token = head / a.heads_per_token;  // 0 but over an index union
+  const int token_head = head - token * a.heads_per_token;
+  const int64_t b_idx = query / a.s_q, s_idx = query % a.s_q + token;
   uint16_t* out_row =
-      a.out + b_idx * a.out_stride_b + s_idx * a.out_stride_s + head * a.out_stride_h;
-  float* lse_out = a.lse + b_idx * a.lse_stride_b + s_idx * a.lse_stride_s + head * a.lse_stride_h;
+      a.out + b_idx * a.out_stride_b + s_idx * a.out_stride_s + token_head * a.out_stride_h;
+  float* lse_out =
+      a.lse + b_idx * a.lse_stride_b + s_idx * a.lse_stride_s + token_head * a.lse_stride_h;
   const float* lse_of_split = a.partial_lse + static_cast<int64_t>(begin) * a.h_q + head;
 
   const float* out_of_split =
@@ -190,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) split_combine_kernel(CombineArgs a) 
   float sink_factor = 1.0f;
   if (a.attn_sink != nullptr) {
     sink_factor =
-        1.0f / (1.0f + exp2f(a.attn_sink[head * a.attn_sink_stride] * kLog2e - global_lse));
+        1.0f / (1.0f + exp2f(a.attn_sink[token_head * a.attn_sink_stride] * kLog2e - global_lse));
   }
 
   // This warp's pieces in order; with piece groups the groups' sums are then added in group
@@ -291,7 +297,7 @@ Status launch_combine_grid(const CombineArgs& args, bool vector_store, int64_t n
 }  // namespace
 
 Status launch_split_combine(const detail::DecodeParams& p, int num_parts, const void* workspace,
-                            cudaStream_t stream) {
+                            cudaStream_t stream, int heads_per_token) {
   const int64_t num_queries = p.problem.b * p.problem.s_q;
   if (num_queries == 0) return {};
   if (p.problem.d_v != kDv) {
@@ -320,6 +326,7 @@ Status launch_split_combine(const detail::DecodeParams& p, int num_parts, const 
   args.lse_stride_h = p.lse_stride_h;
   args.s_q = p.problem.s_q;
   args.h_q = static_cast<int32_t>(p.problem.h_q);
+  args.heads_per_token = heads_per_token > 0 ? heads_per_token : args.h_q;
 
   // 8-byte stores need every row start 8-byte aligned: pointer and strides in multiples of 4.
   const bool vector_store = reinterpret_cast<uintptr_t>(p.out) % 8 == 0 &&

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/device/block_scan.cuh"
 #include "cuda/planning/launch.h"
 #include "cuda/runtime/cuda_check.h"
 #include "planning/decode_schedule_builder.h"
@@ -41,35 +42,6 @@ __device__ int32_t blocks_of(const PlannerArgs& a, int32_t query) {
                                 a.block_tokens);
 }
 
-// Exclusive prefix sum over the CTA; *total receives the sum of all values. `warp_sums` is
-// shared scratch of kWarps entries. Every thread must call it.
-template <typename T>
-__device__ T block_exclusive_scan(T value, T* total, T* warp_sums) {
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  T inclusive = value;
-#pragma unroll
-  for (int d = 1; d < 32; d *= 2) {
-    T up = __shfl_up_sync(0xffffffffu, inclusive, d);
-    if (lane >= d) inclusive += up;
-  }
-  if (lane == 31) warp_sums[warp] = inclusive;
-  __syncthreads();
-  if (warp == 0) {
-    T sum = lane < kWarps ? warp_sums[lane] : T(0);
-#pragma unroll
-    for (int d = 1; d < 32; d *= 2) {
-      T up = __shfl_up_sync(0xffffffffu, sum, d);
-      if (lane >= d) sum += up;
-    }
-    if (lane < kWarps) warp_sums[lane] = sum;
-  }
-  __syncthreads();
-  T result = (warp == 0 ? T(0) : warp_sums[warp - 1]) + inclusive - value;
-  *total = warp_sums[kWarps - 1];
-  __syncthreads();  // warp_sums is reused by the next call
-  return result;
-}
-
 __global__ void __launch_bounds__(kPlannerThreads) decode_planner_kernel(PlannerArgs a) {
   __shared__ int64_t cost_sums[kWarps];
   __shared__ int32_t split_sums[kWarps];
@@ -82,7 +54,8 @@ __global__ void __launch_bounds__(kPlannerThreads) decode_planner_kernel(Planner
     cost += planning::query_cost(blocks_of(a, q));
   }
   int64_t total_cost;
-  block_exclusive_scan(cost, &total_cost, cost_sums);  // also orders the empty_part() stores
+  block_exclusive_scan<kPlannerThreads>(cost, &total_cost,
+                                        cost_sums);  // also orders the empty_part() stores
   const int64_t units = planning::units_per_part(total_cost, a.num_parts, a.min_units);
 
   if (threadIdx.x == 0) a.split_offsets[0] = 0;
@@ -93,14 +66,14 @@ __global__ void __launch_bounds__(kPlannerThreads) decode_planner_kernel(Planner
     const bool active = q < a.num_queries;
     const int32_t blocks = active ? blocks_of(a, q) : 0;
     int64_t chunk_cost;
-    const int64_t cost_begin =
-        cost_carry + block_exclusive_scan(active ? planning::query_cost(blocks) : int64_t{0},
-                                          &chunk_cost, cost_sums);
+    const int64_t cost_begin = cost_carry + block_exclusive_scan<kPlannerThreads>(
+                                                active ? planning::query_cost(blocks) : int64_t{0},
+                                                &chunk_cost, cost_sums);
     const planning::QueryPieces pieces = planning::query_pieces(cost_begin, blocks, units);
     const int32_t split_count = active ? pieces.split_count() : 0;
     int32_t chunk_splits;
     const int32_t split_offset =
-        split_carry + block_exclusive_scan(split_count, &chunk_splits, split_sums);
+        split_carry + block_exclusive_scan<kPlannerThreads>(split_count, &chunk_splits, split_sums);
     if (active) {
       const int32_t next_blocks = q + 1 < a.num_queries ? blocks_of(a, q + 1) : 0;
       planning::write_query_parts(

@@ -1,6 +1,8 @@
 // Device-side decode planning: one launch that reads the device-resident topk lengths and writes
 // the split schedule (parts + split_offsets, see planning/decode_workspace.h) into the caller's
-// workspace. No host synchronisation and no allocation, so it can be captured in a CUDA graph.
+// workspace, and one that builds the index union of each request's draft tokens
+// (planning/index_union.h). No host synchronisation and no allocation, so both can be captured in
+// a CUDA graph.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,6 +10,7 @@
 #include <cstdint>
 
 #include "core/params.h"
+#include "planning/index_union.h"
 #include "sparse_mla/status.h"
 
 namespace sparse_mla::cuda {
@@ -19,5 +22,11 @@ namespace sparse_mla::cuda {
 // h_q, d_v); only its parts and split_offsets regions are written.
 Status launch_decode_planner(const detail::DecodeParams& p, int num_parts, int64_t min_units,
                              int block_tokens, void* workspace, cudaStream_t stream);
+
+// Builds the index union of every request of `p` (2 <= s_q <= kMaxUnionTokens, s_q x topk and
+// s_q x extra_topk <= kMaxUnionEntries) into the region of `workspace` that `layout` describes:
+// one CTA per request and list.
+Status launch_index_union(const detail::DecodeParams& p, const planning::IndexUnionLayout& layout,
+                          void* workspace, cudaStream_t stream);
 
 }  // namespace sparse_mla::cuda

@@ -183,16 +183,26 @@ int usable_smem() {
   return limits.smem_optin;
 }
 
+// Whether the case's decode runs over its requests' index unions where the Hopper decode runs it:
+// SMLA_DECODE_INDEX_UNION=1 (tests/cpp/CMakeLists.txt: gpu_decode_sm90a_index_union) and a shape
+// it fits (cuda::index_union_chosen).
+bool index_union_wanted(const verify::DecodeCase& c) {
+  const char* knob = std::getenv("SMLA_DECODE_INDEX_UNION");
+  return cuda::index_union_chosen(
+      c.problem, knob != nullptr && *knob != '\0' ? std::optional(std::atoi(knob)) : std::nullopt);
+}
+
 // Whether this build's Hopper decode (kernel_tables.cpp sm90a_decode_entry) is the kernel for
 // the case here: a v32_fp8, v4_fp8 or bf16 cache (any head count) on an sm_90 device with its own
-// shared memory, where SMLA_DECODE_SM90A=1 turns it on, =0 off, and unset leaves it to the
-// head count and the launch's work (cuda::sm90a_decode_by_default; tests/cpp/CMakeLists.txt:
-// gpu_decode_sm90a, gpu_decode_portable_on_sm90).
+// shared memory, where SMLA_DECODE_SM90A=1 turns it on, =0 off, and unset leaves it to the index
+// union knob, the head count and the launch's work (cuda::sm90a_decode_by_default;
+// tests/cpp/CMakeLists.txt: gpu_decode_sm90a, gpu_decode_portable_on_sm90).
 bool hopper_decode_expected(const verify::DecodeCase& c, const DeviceInfo& device) {
   const char* knob = std::getenv("SMLA_DECODE_SM90A");
-  const bool wanted = knob != nullptr && *knob != '\0'
-                          ? std::string(knob) == "1"
-                          : cuda::sm90a_decode_by_default(c.problem, device.sm_count);
+  const bool wanted =
+      knob != nullptr && *knob != '\0'
+          ? std::string(knob) == "1"
+          : index_union_wanted(c) || cuda::sm90a_decode_by_default(c.problem, device.sm_count);
   return wanted && device.cc_major == 9 && device.cc_minor == 0 &&
          std::getenv("SMLA_DEVICE_SMEM_OPTIN") == nullptr &&
          (c.problem.format == KvCacheFormat::kV32Fp8 || c.problem.format == KvCacheFormat::kV4Fp8 ||
@@ -201,6 +211,7 @@ bool hopper_decode_expected(const verify::DecodeCase& c, const DeviceInfo& devic
          !cuda::sm90a_decode_entries().empty() && SMLA_TEST_BUILD_HAS_SM90_CODE;
 }
 #else  // built without CUDA: no case gets past SMLA_SKIP_WITHOUT_GPU
+bool index_union_wanted(const verify::DecodeCase&) { return false; }
 bool hopper_decode_expected(const verify::DecodeCase&, const DeviceInfo&) { return false; }
 bool tiles_built(KvCacheFormat, int64_t) { return false; }
 int split_tile_smem(KvCacheFormat, int64_t, int, int) { return 0; }
@@ -296,8 +307,10 @@ void check_case(const verify::DecodeRecipe& recipe) {
     EXPECT_EQ(plan.keys_per_block, 64);
     EXPECT_EQ(plan.head_groups, (c.problem.h_q + 63) / 64);
     EXPECT_FALSE(plan.paired_head_groups) << plan.reason;
+    EXPECT_EQ(plan.index_union, index_union_wanted(c)) << plan.reason;
   } else {
     EXPECT_FALSE(hopper_wanted) << plan.kernel << ": " << plan.reason;
+    EXPECT_FALSE(plan.index_union) << plan.reason;
     ASSERT_EQ(plan.kernel.rfind("portable_sparse_decode", 0), 0u) << plan.kernel;
     check_portable_launch(c, recipe, plan, device);
   }
@@ -411,6 +424,40 @@ TEST_P(PortableDecode, DraftTokensShareIndices) {
         check_case(r);
       }
     }
+  }
+}
+
+// The index union's shapes (run over the unions by gpu_decode_sm90a_index_union, over the tokens'
+// own lists elsewhere): 2..8 tokens whose heads fill part or all of the 64-row tile, lists sharing
+// 0-100 % of their entries, caches of few slots (entries repeated within a list and across
+// lists), long lists (split pieces) and short requests.
+TEST_P(PortableDecode, DraftTokensOfOneTile) {
+  SMLA_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t b, s_q, h_q, topk;
+    double shared;
+    int64_t num_blocks;  // 0: the recipe's (~2x the listed slots)
+    bool extra;
+  };
+  for (const Shape& sh :
+       {Shape{3, 2, 32, 192, 0.9, 0, true}, Shape{4, 3, 16, 100, 0.5, 0, false},
+        Shape{2, 4, 16, 256, 1.0, 0, true}, Shape{3, 8, 8, 64, 0.7, 0, true},
+        Shape{5, 2, 8, 130, 0.0, 0, false}, Shape{2, 4, 1, 96, 0.9, 2, true},
+        Shape{2, 2, 24, 2048, 0.8, 0, false}, Shape{1, 2, 32, 600, 0.6, 3, false}}) {
+    verify::DecodeRecipe r = base();
+    r.b = sh.b;
+    r.s_q = sh.s_q;
+    r.h_q = sh.h_q;
+    r.topk = sh.topk;
+    r.topk_length_per_token = sh.s_q % 2 == 0;
+    r.shared_indices = sh.shared;
+    r.num_blocks = sh.num_blocks;
+    r.extra_cache = sh.extra;
+    r.extra_topk = 80;
+    r.extra_page_block_size = 16;
+    r.extra_topk_length_per_token = sh.s_q > 2;
+    r.seed = 7000 + 100 * sh.s_q + sh.h_q;
+    check_case(r);
   }
 }
 

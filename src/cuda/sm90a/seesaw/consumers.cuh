@@ -98,15 +98,25 @@ __device__ __forceinline__ void scores(uint32_t q, Smem<kDqk>& sm, uint32_t pari
   ptx::wgmma_fence_operands(s);
 }
 
-// Scores to the log2 domain, invalid slots -inf; returns the quad's row maxima of the block.
+// Which keys a row attends, from their validity flags (one byte per key of a block): KeysOfAll
+// where every row attends every valid key; the decode over an index union passes one whose rows
+// attend only the keys that hold their token's bit (sparse_decode/kernel.cuh).
+struct KeysOfAll {
+  __device__ __forceinline__ bool operator()(uint32_t flag, int) const { return flag != 0; }
+};
+
+// Scores to the log2 domain, slots the row does not attend -inf; returns the quad's row maxima of
+// the block. admit(flag, h): whether the thread's row h attends a key with that flag.
+template <class Admit>
 __device__ __forceinline__ void mask_scores(const uint8_t* valid, const ConsumerPlace& at,
-                                            float scale_log2, float (&s)[32], float (&mx)[2]) {
+                                            const Admit& admit, float scale_log2, float (&s)[32],
+                                            float (&mx)[2]) {
   mx[0] = mx[1] = -INFINITY;
   // Accumulators 4 q .. 4 q + 3 share their two keys (8 q + 2 (lane % 4), +1): one 2-byte load.
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const uint16_t pair = *reinterpret_cast<const uint16_t*>(valid + at.col(i & ~1));
-    const bool ok = ((i & 1) ? (pair >> 8) : (pair & 0xff)) != 0;
+    const bool ok = admit((i & 1) ? (pair >> 8) : (pair & 0xff), (i >> 1) & 1);
     s[i] = ok ? s[i] * scale_log2 : -INFINITY;
     mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
   }
@@ -229,13 +239,14 @@ struct RowState {
 // WG0's pair, S0 = Q K0^T in s on entry: max after K0 (to WG1) -> P0 -> O_L += P0 V0_L -> the
 // pair's max (from WG1) -> P0 and O_L to it -> P0 to its tile (for WG1's O_R) -> O_L += P1 V1_L,
 // the next pair's S0 queued behind it.
-template <int kDqk, class Prepare = NoPrepare>
+template <int kDqk, class Prepare = NoPrepare, class Admit>
 __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, uint32_t p1_tile,
-                                                 const ConsumerPlace& at, float scale_log2,
-                                                 uint32_t pair, bool has_next, Smem<kDqk>& sm,
-                                                 RowState& st, float (&s)[32], float (&o)[128]) {
+                                                 const ConsumerPlace& at, const Admit& admit,
+                                                 float scale_log2, uint32_t pair, bool has_next,
+                                                 Smem<kDqk>& sm, RowState& st, float (&s)[32],
+                                                 float (&o)[128]) {
   float mx[2], m_use[2], alpha[2];
-  mask_scores(sm.valid[0], at, scale_log2, s, mx);
+  mask_scores(sm.valid[0], at, admit, scale_log2, s, mx);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     st.max[h] = fmaxf(st.max[h], mx[h]);
@@ -284,15 +295,16 @@ __device__ __forceinline__ void consume_pair_wg0(uint32_t q, uint8_t* p0_tile, u
 // WG1's pair: S1 = Q K1^T -> the pair's max (WG0's after K0 and its own; to WG0) -> P1 ->
 // O_R += P1 V1_R, P1 to its tile (for WG0's O_L) -> O_R += P0 V0_R. last: the item's last pair
 // (Q is free once its scores are done).
-template <int kDqk, class Prepare = NoPrepare>
+template <int kDqk, class Prepare = NoPrepare, class Admit>
 __device__ __forceinline__ void consume_pair_wg1(uint32_t q, uint8_t* p1_tile, uint32_t p0_tile,
-                                                 const ConsumerPlace& at, float scale_log2,
-                                                 uint32_t pair, bool last, Smem<kDqk>& sm,
-                                                 RowState& st, float (&s)[32], float (&o)[128]) {
+                                                 const ConsumerPlace& at, const Admit& admit,
+                                                 float scale_log2, uint32_t pair, bool last,
+                                                 Smem<kDqk>& sm, RowState& st, float (&s)[32],
+                                                 float (&o)[128]) {
   scores<kDqk, 1, Prepare>(q, sm, pair & 1, s);
   if (last) release(sm.q_empty, at);
   float mx[2], m_use[2], alpha[2];
-  mask_scores(sm.valid[1], at, scale_log2, s, mx);
+  mask_scores(sm.valid[1], at, admit, scale_log2, s, mx);
   ptx::named_barrier_sync(kWg0MaxReady, kConsumerThreads);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -344,12 +356,13 @@ __device__ __forceinline__ void quad_transpose(uint32_t (&a)[4], int q) {
 // One work item's pairs (num_pairs >= 0) from the CTA's ring pair `ring_pairs` on, its Q at phase
 // `item_count` of q_full: o and st hold the item's accumulators and row state on return. The
 // item's last scores free Q (q_empty, both warpgroups), so the producer may load the next item's.
-template <int kDqk, class Prepare = NoPrepare>
+template <int kDqk, class Prepare = NoPrepare, class Admit = KeysOfAll>
 __device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile, uint8_t* p1_tile,
                                                    const ConsumerPlace& at, float scale_log2,
                                                    int num_pairs, uint32_t ring_pairs,
                                                    uint32_t item_count, Smem<kDqk>& sm,
-                                                   RowState& st, float (&o)[128]) {
+                                                   RowState& st, float (&o)[128],
+                                                   const Admit& admit = {}) {
 #pragma unroll
   for (int i = 0; i < 128; ++i) o[i] = 0.0f;
   // Scores of the warpgroup's next block: WG0's are computed ahead (in the previous pair's
@@ -364,11 +377,11 @@ __device__ __forceinline__ void consume_item_pairs(uint32_t q, uint8_t* p0_tile,
     if (at.wg == 0) {
       // WG0's last scores of the item are done: with WG1's, the producer may load the next Q.
       if (!has_next) release(sm.q_empty, at);
-      consume_pair_wg0<kDqk, Prepare>(q, p0_tile, smem_u32(p1_tile), at, scale_log2, ring_pair,
-                                      has_next, sm, st, s, o);
+      consume_pair_wg0<kDqk, Prepare>(q, p0_tile, smem_u32(p1_tile), at, admit, scale_log2,
+                                      ring_pair, has_next, sm, st, s, o);
     } else {
-      consume_pair_wg1<kDqk, Prepare>(q, p1_tile, smem_u32(p0_tile), at, scale_log2, ring_pair,
-                                      !has_next, sm, st, s, o);
+      consume_pair_wg1<kDqk, Prepare>(q, p1_tile, smem_u32(p0_tile), at, admit, scale_log2,
+                                      ring_pair, !has_next, sm, st, s, o);
     }
   }
   if (num_pairs == 0) release(sm.q_empty, at);

@@ -196,7 +196,7 @@ __device__ __forceinline__ portable_decode::SlotRows block_row(const detail::Dec
 // An FP8 half-stage's copies (issue_half): per row, the raw e4m3 units of the half into the upper
 // part of its fp8 panels, the row's scales of the half into its lower 512 B and (half 1) the
 // bf16 tail into its panel; the validity flags with the block's first half.
-template <class Traits, int kStage, int kHalf>
+template <class Traits, int kStage, int kHalf, bool kUnion>
 __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
                                                const CacheDividers& div, const BlockRows& rows,
                                                const ProducerPlace& at, bool writes_flags,
@@ -213,7 +213,7 @@ __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
     bool valid;
     const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
     if (at.chunk == 0) {
-      if (writes_flags) sm.valid[kStage][row] = valid ? 1 : 0;
+      if (!kUnion && writes_flags) sm.valid[kStage][row] = valid ? 1 : 0;
       ptx::cp_async_ca_8(half_base + 8 * row, half_scale_source<Traits, kHalf>(src),
                          valid ? 8u : 0u);
     }
@@ -234,16 +234,36 @@ __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
   }
 }
 
+// Over an index union (DecodeLaunch::heads_per_token > 0) a block's validity flags are its
+// entries' token bits, copied as they are: 64 bytes from `src`, or zeros for a block past the
+// piece (bytes 0; src is then any readable address).
+struct BlockBits {
+  const uint8_t* src;
+  uint32_t bytes;
+};
+
+__device__ __forceinline__ BlockBits block_bits(const DecodeLaunch& launch, const Piece& w,
+                                                int block) {
+  const detail::DecodeParams& p = launch.p;
+  const uint8_t* main = launch.union_bits + w.b * p.list.indices_stride_b;
+  if (block >= w.end) return {main, 0u};
+  if (block < w.lists.blocks_main) return {main + block * kBlockKeys, kBlockKeys};
+  return {launch.extra_union_bits + w.b * p.extra_list.indices_stride_b +
+              (block - w.lists.blocks_main) * kBlockKeys,
+          kBlockKeys};
+}
+
 // One half-stage's copies: wait until its readers freed it (from the CTA's second ring pair on),
 // check the slots (valid iff 0 <= index < the cache's slots), write the block's validity flags
 // with its first half, cp.async the half's bytes and arrive on its full barrier once they land
 // (cp.async.mbarrier.arrive.noinc) and, for the chunk-0 thread of each row, after its flags. A
 // bf16 cache's rows go into the tile as they are; an FP8 cache's raw units, scales and tail are
-// converted by the scoring warpgroup (convert_half).
-template <class Traits, int kStage, int kHalf>
+// converted by the scoring warpgroup (convert_half). Over an index union the flags are the
+// block's token bits, which four threads cp.async with the block's first half.
+template <class Traits, int kStage, int kHalf, bool kUnion>
 __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const CacheDividers& div,
                                            const BlockRows& rows, const ProducerPlace& at,
-                                           uint32_t ring_pair, bool writes_flags,
+                                           uint32_t ring_pair, bool writes_flags, BlockBits bits,
                                            Smem<Traits::kDqk>& sm) {
   if (ring_pair > 0) {
     ptx::mbarrier_wait_parity(smem_u32(&sm.empty[2 * kStage + kHalf]), (ring_pair - 1) & 1);
@@ -254,7 +274,9 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
     // prefill's copy), the flags written as each row is located.
     const auto row_source = [&](int r, bool* valid) {
       const uint8_t* data = block_row<Traits>(p, div, rows, r, valid).data;
-      if (writes_flags && at.chunk == 0) sm.valid[kStage][at.group + 16 * r] = *valid ? 1 : 0;
+      if (!kUnion && writes_flags && at.chunk == 0) {
+        sm.valid[kStage][at.group + 16 * r] = *valid ? 1 : 0;
+      }
       return data;
     };
     if constexpr (kHalf == 0) {
@@ -263,7 +285,11 @@ __device__ __forceinline__ void issue_half(const detail::DecodeParams& p, const 
       copy_rows<kLeftPanels, Traits::kDqk / 64>(tile, at, row_source);
     }
   } else {
-    issue_fp8_half<Traits, kStage, kHalf>(p, div, rows, at, writes_flags, tile, sm);
+    issue_fp8_half<Traits, kStage, kHalf, kUnion>(p, div, rows, at, writes_flags, tile, sm);
+  }
+  if (kUnion && writes_flags && at.group == 0 && at.chunk < kBlockKeys / 16) {
+    ptx::cp_async_cg_16(smem_u32(sm.valid[kStage]) + 16 * at.chunk, bits.src + 16 * at.chunk,
+                        bits.bytes == 0 ? 0u : 16u);
   }
   const uint32_t full = smem_u32(&sm.full[2 * kStage + kHalf]);
   ptx::cp_async_mbarrier_arrive_noinc(full);
@@ -374,7 +400,7 @@ template <class Traits>
 using ScorerPrepare =
     std::conditional_t<Traits::kFormat == KvCacheFormat::kBf16, NoPrepare, ConvertInScorer<Traits>>;
 
-template <class Traits>
+template <class Traits, bool kUnion>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0, int t,
                                         Smem<Traits::kDqk>& sm) {
@@ -385,13 +411,20 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
   const int ahead_block = t / kBlockKeys, ahead_row = t % kBlockKeys;  // prefetch_slot's row
   uint32_t ring_pairs = 0;  // pairs of the pieces before this one: the ring's phase
   uint32_t item_count = 0;
-  // The head group's rows of query (b, s) into the Q tile; the consumers wait on q_full.
+  // The head group's rows of query (b, s) into the Q tile; the consumers wait on q_full. Over an
+  // index union (s = 0) row `head` is head head % heads_per_token of token head / heads_per_token.
   const auto copy_q = [&](int64_t b, int64_t s) {
     const uint8_t* q = reinterpret_cast<const uint8_t*>(p.q + b * p.q_stride_b + s * p.q_stride_s);
     copy_rows<0, kDqk / 64>(smem_u32(sm.q), at, [&](int r, bool* valid) {
       const int head = head0 + at.group + 16 * r;
       *valid = head < p.problem.h_q;
-      return q + (*valid ? head : 0) * p.q_stride_h * 2;
+      const int row = *valid ? head : 0;
+      if constexpr (kUnion) {
+        const int token = row / launch.heads_per_token;
+        return q +
+               (token * p.q_stride_s + (row - token * launch.heads_per_token) * p.q_stride_h) * 2;
+      }
+      return q + row * p.q_stride_h * 2;
     });
     ptx::cp_async_mbarrier_arrive_noinc(smem_u32(&sm.q_full));
   };
@@ -416,10 +449,14 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
       const int next_block = w.begin + 2 * pair + 2;
       if (has_next) prefetch_slot<Traits>(p, div, w, next_block + ahead_block, ahead);
       ahead = list_entry(w, next_block + 2 + ahead_block, ahead_row);
-      issue_half<Traits, 0, 0>(p, div, k0, at, ring_pair, true, sm);
-      issue_half<Traits, 1, 1>(p, div, k1, at, ring_pair, true, sm);
-      issue_half<Traits, 0, 1>(p, div, k0, at, ring_pair, false, sm);
-      issue_half<Traits, 1, 0>(p, div, k1, at, ring_pair, false, sm);
+      const int block = w.begin + 2 * pair;
+      const BlockBits no_bits{nullptr, 0u};
+      issue_half<Traits, 0, 0, kUnion>(p, div, k0, at, ring_pair, true,
+                                       kUnion ? block_bits(launch, w, block) : no_bits, sm);
+      issue_half<Traits, 1, 1, kUnion>(p, div, k1, at, ring_pair, true,
+                                       kUnion ? block_bits(launch, w, block + 1) : no_bits, sm);
+      issue_half<Traits, 0, 1, kUnion>(p, div, k0, at, ring_pair, false, no_bits, sm);
+      issue_half<Traits, 1, 0, kUnion>(p, div, k1, at, ring_pair, false, no_bits, sm);
       if (has_next) {
         k0 = block_rows(w, at, next_block);
         k1 = block_rows(w, at, next_block + 1);
@@ -437,18 +474,25 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
 // The piece's output through the split kernel's row stores (portable_decode::PieceTarget): an
 // unsplit query's out with the sink and its lse (natural log), or a split piece's partial row
 // normalised by its sum and its log2 lse. Accumulator slice n holds columns 8 n + 2 (lane % 4),
-// +1 of the warpgroup's 256: the [n][4] view of store_row.
+// +1 of the warpgroup's 256: the [n][4] view of store_row. Over an index union (kUnion) an
+// unsplit row `head` goes to head head % heads_per_token of token head / heads_per_token; a
+// split piece's partial rows are the union call's heads, which the combine maps likewise.
+template <bool kUnion>
 __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Piece& w,
                                             int32_t slot, int head0, const ConsumerPlace& at,
                                             RowState& st, float (&o)[128],
                                             float (&row_sum)[2][kHeadRows]) {
   publish_row_sums(at, st, row_sum, nullptr);
-  const portable_decode::PieceTarget to{&launch, w.b, w.s, slot, head0};
+  portable_decode::PieceTarget to{&launch, w.b, w.s, slot, head0};
   const auto& slices = *reinterpret_cast<const float(*)[32][4]>(&o);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int head = head0 + at.row[h];
+    int head = head0 + at.row[h];
     if (head >= launch.p.problem.h_q) continue;
+    if (kUnion && slot < 0) {
+      to.s = head / launch.heads_per_token;
+      head -= static_cast<int>(to.s) * launch.heads_per_token;
+    }
     const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
     const float scale =
         portable_decode::finish_row(to, head, st.m[h], l_total, at.wg == 0 && (at.lane & 3) == 0);
@@ -456,13 +500,37 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
   }
 }
 
-template <class Traits>
+// Over an index union a row attends the union's entries that hold its token's bit (row r of the
+// request: token r / heads_per_token); a padding row (r >= the union call's heads) attends none.
+struct KeysOfToken {
+  uint32_t bits[2];
+  __device__ __forceinline__ KeysOfToken(const ConsumerPlace& at, int head0,
+                                         const DecodeLaunch& launch) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = head0 + at.row[h];
+      bits[h] = row < launch.p.problem.h_q ? 1u << (row / launch.heads_per_token) : 0u;
+    }
+  }
+  __device__ __forceinline__ bool operator()(uint32_t flag, int h) const {
+    return (flag & bits[h]) != 0;
+  }
+};
+
+template <class Traits, bool kUnion>
 __device__ __forceinline__ void consume(const DecodeLaunch& launch,
                                         const planning::DecodePartSchedule& part, int head0, int t,
                                         Smem<Traits::kDqk>& sm) {
   constexpr int kDqk = Traits::kDqk;
   const detail::DecodeParams& p = launch.p;
   const ConsumerPlace at(t);
+  const auto admit = [&] {
+    if constexpr (kUnion) {
+      return KeysOfToken(at, head0, launch);
+    } else {
+      return KeysOfAll{};
+    }
+  }();
   const float scale_log2 = p.softmax_scale * kLog2e;
   const uint32_t q = smem_u32(sm.q);
   uint8_t* p1_tile = sm.p[0];
@@ -473,15 +541,15 @@ __device__ __forceinline__ void consume(const DecodeLaunch& launch,
     const Piece w(p, part, query);
     float o[128];
     RowState st;
-    consume_item_pairs<kDqk, ScorerPrepare<Traits>>(q, p0_tile, p1_tile, at, scale_log2,
-                                                    w.num_pairs, ring_pairs, item_count, sm, st, o);
+    consume_item_pairs<kDqk, ScorerPrepare<Traits>>(
+        q, p0_tile, p1_tile, at, scale_log2, w.num_pairs, ring_pairs, item_count, sm, st, o, admit);
     ring_pairs += w.num_pairs;
-    store_piece(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets), head0,
-                at, st, o, sm.row_sum[item_count & 1]);
+    store_piece<kUnion>(launch, w, planning::piece_partial_slot(part, query, launch.split_offsets),
+                        head0, at, st, o, sm.row_sum[item_count & 1]);
   }
 }
 
-template <class Traits>
+template <class Traits, bool kUnion>
 __global__ void __launch_bounds__(kThreads, 1)
     sm90a_sparse_decode_kernel(const DecodeLaunch launch) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -499,10 +567,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (gridDim.x * gridDim.y <= ptx::sm_count()) ptx::launch_dependents();
   if (thread >= kConsumerThreads) {
     ptx::setmaxnreg_dec<kProducerRegs>();
-    produce<Traits>(launch, part, head0, thread - kConsumerThreads, sm);
+    produce<Traits, kUnion>(launch, part, head0, thread - kConsumerThreads, sm);
   } else {
     ptx::setmaxnreg_inc<kConsumerRegs>();
-    consume<Traits>(launch, part, head0, thread, sm);
+    consume<Traits, kUnion>(launch, part, head0, thread, sm);
   }
 #else
   __trap();
@@ -519,9 +587,13 @@ Status launch_sm90a_sparse_decode(const DecodeLaunch& launch, cudaStream_t strea
   using Traits = KvTraits<kFormat, kDqk>;
   const int head_groups = static_cast<int>((launch.p.problem.h_q + kHeadRows - 1) / kHeadRows);
   const int smem = sm90a_decode_smem_bytes<kFormat, kDqk>();
-  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(sm90a_sparse_decode_kernel<Traits>, smem));
   const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
-  sm90a_sparse_decode_kernel<Traits><<<grid, kThreads, smem, stream>>>(launch);
+  // Over an index union: its own instantiation, so that a call over the tokens' own lists runs
+  // without the union's flag copies, row addressing and row masks.
+  const auto kernel = launch.heads_per_token > 0 ? sm90a_sparse_decode_kernel<Traits, true>
+                                                 : sm90a_sparse_decode_kernel<Traits, false>;
+  SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
+  kernel<<<grid, kThreads, smem, stream>>>(launch);
   return check_last_launch("sm90a_sparse_decode_kernel");
 }
 
