@@ -502,18 +502,20 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
 
 // Over an index union a row attends the union's entries that hold its token's bit (row r of the
 // request: token r / heads_per_token); a padding row (r >= the union call's heads) attends none.
+// One register for both rows (the consumers have none to spare): row h's token bit in byte h.
 struct KeysOfToken {
-  uint32_t bits[2];
+  uint32_t bits;
   __device__ __forceinline__ KeysOfToken(const ConsumerPlace& at, int head0,
-                                         const DecodeLaunch& launch) {
+                                         const DecodeLaunch& launch)
+      : bits(0) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = head0 + at.row[h];
-      bits[h] = row < launch.p.problem.h_q ? 1u << (row / launch.heads_per_token) : 0u;
+      if (row < launch.p.problem.h_q) bits |= 1u << (row / launch.heads_per_token + 8 * h);
     }
   }
   __device__ __forceinline__ bool operator()(uint32_t flag, int h) const {
-    return (flag & bits[h]) != 0;
+    return ((flag << (8 * h)) & bits) != 0;
   }
 };
 
