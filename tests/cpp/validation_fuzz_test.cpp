@@ -602,6 +602,9 @@ constexpr Mutation<EditedPlan> kPlanEdits[] = {
     [](Mutator& m, EditedPlan& e) {
       return set(e.plan.fingerprint, m.extreme_int64(), "fingerprint");
     },
+    [](Mutator&, EditedPlan& e) {
+      return set(e.plan.index_union, !e.plan.index_union, "index_union");
+    },
     [](Mutator&, EditedPlan& e) { return set(e.plan.reason, std::string("edited"), "reason"); },
 };
 
@@ -625,11 +628,11 @@ TEST(ValidationFuzz, EditedPlansAreRefused) {
     std::vector<uint8_t> workspace(planned.workspace_bytes + 16);
     const Status s = sparse_decode(a, e.plan, workspace.data(), workspace.size(),
                                    DecodeSchedule::kBuild, options);
-    const bool unchanged = e.plan.problem == planned.problem && e.plan.backend == planned.backend &&
-                           e.plan.kernel == planned.kernel &&
-                           e.plan.num_sm_parts == planned.num_sm_parts &&
-                           e.plan.workspace_bytes == planned.workspace_bytes &&
-                           e.plan.fingerprint == planned.fingerprint;
+    const bool unchanged =
+        e.plan.problem == planned.problem && e.plan.backend == planned.backend &&
+        e.plan.kernel == planned.kernel && e.plan.num_sm_parts == planned.num_sm_parts &&
+        e.plan.workspace_bytes == planned.workspace_bytes &&
+        e.plan.index_union == planned.index_union && e.plan.fingerprint == planned.fingerprint;
     if (unchanged) {  // only `reason` edited, or a field set to its own value
       EXPECT_TRUE(s.ok()) << s.message();
       continue;
