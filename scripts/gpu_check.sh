@@ -19,7 +19,8 @@
 # FP8 and bf16 decode tests with the Hopper decode forced, TOOL@heads-in-n the subset with the
 # heads-in-N prefill at 1..32 heads (SMLA_PREFILL_SM90A_HEADS_IN_N=1; not in the default list),
 # TOOL@index-union the draft-token decode tests over index unions (SMLA_DECODE_INDEX_UNION=1; not
-# in the default list);
+# in the default list; memcheck and synccheck only: racecheck reports the seesaw's named-barrier
+# hand-offs, below);
 # synccheck takes ~5 s and found the wide exchange's bar.sync reached from two branches, fixed in
 # e76e83d),
 # SMLA_GPU_CHECK_BUDGET_S (whole run, default 570 s: under the device tool's 600 s),

@@ -159,8 +159,9 @@ bool index_union_fits(const SparseDecodeProblem& problem);
 SparseDecodeProblem index_union_problem(const SparseDecodeProblem& problem);
 
 // Whether a problem's decode runs over the union: SMLA_DECODE_INDEX_UNION (`knob`) 1 wherever it
-// fits, 0 or unset never. It pays only where the tokens' lists share rows (MTP traffic; the
-// random lists of the test recipe share none unless asked, --shared_indices).
+// fits (and the Hopper decode runs: not with SMLA_DECODE_SM90A=0), 0 or unset never. It pays only
+// where the tokens' lists share rows (MTP traffic; the random lists of the test recipe share none
+// unless asked, --shared_indices).
 bool index_union_chosen(const SparseDecodeProblem& problem, std::optional<int> knob);
 
 // Fills what a plan says about the launch: num_sm_parts, workspace_bytes, the typed kernel

@@ -420,7 +420,7 @@ bool index_union_chosen(const SparseDecodeProblem& problem) {
 // 64-row tile). SMLA_DECODE_SM90A=1 runs it wherever it can, =0 never; unset, only where its
 // launch has enough pairs of blocks for its head count and the device's SMs
 // (cuda::sm90a_decode_by_default, decode_launch_policy.h: below that the portable kernels are
-// faster).
+// faster), or where SMLA_DECODE_INDEX_UNION=1 runs the problem over its index unions.
 const cuda::Sm90aDecodeEntry* sm90a_decode_entry(const SparseDecodeProblem& problem,
                                                  std::string* why_not) {
   if (!knobs_valid(why_not)) return nullptr;

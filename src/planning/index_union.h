@@ -17,8 +17,8 @@
 //   indices [b, capacity] int32    the union, then -1 up to capacity
 //   bits    [b, capacity] uint8    the token bits of each entry, 0 past the union
 //   count   [b]           int32    the union's length (the kernels' per-request topk_length)
-// capacity = s_q * topk rounded up to 128 slots (two 64-slot blocks: a pair's second block past
-// the union reads zero bits).
+// capacity = s_q * topk rounded up to 128 slots (whole 64-slot blocks, with room to spare: the
+// kernels read the bits of a block only below the union's length and zero-fill past it).
 #pragma once
 
 #include <cstdint>
@@ -40,8 +40,9 @@ SMLA_HOST_DEVICE inline int64_t union_capacity(int64_t s_q, int64_t topk) {
 }
 
 // What the union keeps of one occurrence of a slot at token `token`, given `seen`, the slot's
-// token bits over all the request's lists: bit t = token t lists it, bit 8 + t = token t lists it
-// more than once.
+// token bits over all the request's tokens' entries of this list (main and extra lists index
+// different caches and have their own unions): bit t = token t lists it, bit 8 + t = token t
+// lists it more than once.
 struct UnionEntry {
   bool keep;
   uint8_t bits;  // the tokens that attend the kept entry

@@ -4,7 +4,9 @@
 // same device buffers. Every replay must match the CPU reference for its own inputs, which shows
 // the planner ran on the device from the new lengths with no host synchronisation, and be
 // bit-identical to the same two calls run eagerly on those inputs (same plan and workspace): the
-// decode path has no atomics and no order that depends on timing, so a graph changes nothing.
+// decode path has no order that depends on timing (the index union's shared-memory atomics only
+// decide where a key sits in its hash table, not what the union holds or its order), so a graph
+// changes nothing.
 #include <gtest/gtest.h>
 
 #include <cstdint>
