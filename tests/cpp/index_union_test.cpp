@@ -8,49 +8,14 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
 #include <random>
 #include <vector>
 
 #include "cuda/decode_launch_policy.h"
+#include "index_union_host.h"
 
 namespace sparse_mla::planning {
 namespace {
-
-struct Union {
-  std::vector<int32_t> indices;
-  std::vector<uint8_t> bits;
-};
-
-// The union kernel's two passes (cuda/planning/index_union.cu) on the host: every valid entry's
-// token bits, then the entries in (token, position) order through union_entry.
-Union host_union(const std::vector<std::vector<int32_t>>& lists, const std::vector<int>& lengths,
-                 int32_t num_slots) {
-  std::map<int32_t, uint32_t> seen;
-  const auto valid = [&](int token, size_t k) {
-    return static_cast<int>(k) < lengths[token] && lists[token][k] >= 0 &&
-           lists[token][k] < num_slots;
-  };
-  for (int t = 0; t < static_cast<int>(lists.size()); ++t) {
-    for (size_t k = 0; k < lists[t].size(); ++k) {
-      if (!valid(t, k)) continue;
-      uint32_t& s = seen[lists[t][k]];
-      if (s & (1u << t)) s |= 1u << (8 + t);
-      s |= 1u << t;
-    }
-  }
-  Union u;
-  for (int t = 0; t < static_cast<int>(lists.size()); ++t) {
-    for (size_t k = 0; k < lists[t].size(); ++k) {
-      if (!valid(t, k)) continue;
-      const UnionEntry e = union_entry(seen[lists[t][k]], t);
-      if (!e.keep) continue;
-      u.indices.push_back(lists[t][k]);
-      u.bits.push_back(e.bits);
-    }
-  }
-  return u;
-}
 
 TEST(IndexUnion, EveryTokenAttendsExactlyItsOwnValidEntries) {
   std::mt19937 rng(11);
@@ -73,7 +38,7 @@ TEST(IndexUnion, EveryTokenAttendsExactlyItsOwnValidEntries) {
         lists[t][k] = v;
       }
     }
-    const Union u = host_union(lists, lengths, num_slots);
+    const HostUnion u = host_union(lists, lengths, num_slots);
     size_t total_valid = 0;
     for (int t = 0; t < s_q; ++t) {
       std::vector<int32_t> own, attended;
@@ -98,13 +63,13 @@ TEST(IndexUnion, SharedSlotsAreKeptOnceWithEveryTokensBit) {
   // Tokens 0 and 2 list slot 7, token 1 lists it twice: every occurrence is its own entry.
   // Slot 5 (tokens 0, 1) and slot 9 (token 2 only) are kept once.
   const std::vector<std::vector<int32_t>> lists = {{7, 5, 3}, {5, 7, 7}, {9, 7, 3}};
-  const Union u = host_union(lists, {3, 3, 3}, 100);
+  const HostUnion u = host_union(lists, {3, 3, 3}, 100);
   const std::vector<int32_t> indices = {7, 5, 3, 7, 7, 9, 7};
   const std::vector<uint8_t> bits = {1, 3, 5, 2, 2, 4, 4};
   EXPECT_EQ(u.indices, indices);
   EXPECT_EQ(u.bits, bits);
   // A token's entry past its length, or out of the cache, is not attended.
-  const Union v = host_union({{1, 2}, {2, 100}}, {1, 2}, 100);
+  const HostUnion v = host_union({{1, 2}, {2, 100}}, {1, 2}, 100);
   EXPECT_EQ(v.indices, (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(v.bits, (std::vector<uint8_t>{1, 2}));
 }
