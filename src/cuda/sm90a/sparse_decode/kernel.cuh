@@ -432,14 +432,18 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
     // The first piece's Q is issued before its list entries, whose loads wait for the list
     // lengths (one dependent load); a later piece's entries are loaded while the consumers still
     // score the previous piece, and its Q only once they are done with the previous one.
-    if (item_count == 0) copy_q(query / p.problem.s_q, query % p.problem.s_q);
+    // (Over an index union the query is the request, its s 0: said at compile time, so that the
+    // union kernel keeps no 64-bit quotient live.)
+    if (item_count == 0) {
+      copy_q(kUnion ? query : query / p.problem.s_q, kUnion ? 0 : query % p.problem.s_q);
+    }
     const Piece w(p, part, query);
     BlockRows k0 = block_rows(w, at, w.begin);
     BlockRows k1 = block_rows(w, at, w.begin + 1);
     int32_t ahead = list_entry(w, w.begin + 2 + ahead_block, ahead_row);  // pair 1's
     if (item_count > 0) {
       ptx::mbarrier_wait_parity(smem_u32(&sm.q_empty), (item_count - 1) & 1);
-      copy_q(w.b, w.s);
+      copy_q(w.b, kUnion ? 0 : w.s);
     }
     for (int pair = 0; pair < w.num_pairs; ++pair) {
       // The halves' copies in the order the consumers free them, the next pair's rows
@@ -483,7 +487,7 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
                                             RowState& st, float (&o)[128],
                                             float (&row_sum)[2][kHeadRows]) {
   publish_row_sums(at, st, row_sum, nullptr);
-  portable_decode::PieceTarget to{&launch, w.b, w.s, slot, head0};
+  portable_decode::PieceTarget to{&launch, w.b, kUnion ? 0 : w.s, slot, head0};
   const auto& slices = *reinterpret_cast<const float(*)[32][4]>(&o);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
