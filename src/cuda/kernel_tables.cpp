@@ -18,6 +18,7 @@
 #include "core/kernel_variant.h"
 #include "cuda/combine/launch.h"
 #include "cuda/decode_launch_policy.h"
+#include "cuda/index_union_call.h"
 #include "cuda/kernel_registry.h"
 #include "cuda/knobs.h"
 #include "cuda/planning/launch.h"
@@ -502,55 +503,6 @@ cuda::DecodeLaunchShape sm90a_decode_shape(const SparseDecodeProblem& launched,
   return shape;
 }
 
-// The workspace of the Hopper decode's plan: the split decode's regions for the launched call,
-// then (over an index union) the union's.
-struct Sm90aDecodeWorkspace {
-  planning::DecodeWorkspaceLayout decode;
-  planning::IndexUnionLayout index_union;
-  int64_t total_bytes = 0;
-};
-
-Sm90aDecodeWorkspace sm90a_decode_workspace(const SparseDecodeProblem& problem,
-                                            const SparseDecodeProblem& launched, int num_parts,
-                                            bool over_union) {
-  Sm90aDecodeWorkspace ws;
-  ws.decode =
-      planning::decode_workspace_layout(launched.b * launched.s_q, num_parts, launched.h_q, 512);
-  ws.total_bytes = ws.decode.total_bytes;
-  if (over_union) {
-    ws.index_union =
-        planning::index_union_layout(ws.decode.total_bytes, problem.b, problem.s_q, problem.topk,
-                                     problem.has_extra ? problem.extra_topk : 0);
-    ws.total_bytes = ws.index_union.end;
-  }
-  return ws;
-}
-
-// The union's call: its lists and lengths in the workspace, q, out, lse and the sink those of the
-// call (the kernels map union row r back to head r % h_q of token r / h_q).
-DecodeParams index_union_params(const DecodeParams& params, const SparseDecodeProblem& launched,
-                                const planning::IndexUnionLayout& layout, void* workspace) {
-  const planning::IndexUnion u = planning::carve_index_union(workspace, layout);
-  DecodeParams up = params;
-  up.problem = launched;
-  const auto union_list = [](int32_t* indices, int32_t* count, int64_t capacity) {
-    IndexListParams list;
-    list.indices = indices;
-    list.indices_stride_b = capacity;
-    list.indices_stride_s = 0;
-    list.topk = capacity;
-    list.topk_length = count;
-    list.topk_length_stride_b = 1;
-    list.topk_length_stride_s = 0;
-    return list;
-  };
-  up.list = union_list(u.indices, u.count, layout.capacity);
-  if (params.has_extra) {
-    up.extra_list = union_list(u.extra_indices, u.extra_count, layout.extra_capacity);
-  }
-  return up;
-}
-
 Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, DecodePlan* plan) {
   std::string why_not;
   const cuda::Sm90aDecodeEntry* entry = sm90a_decode_entry(problem, &why_not);
@@ -564,7 +516,7 @@ Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, 
   const cuda::DecodeLaunchShape shape = sm90a_decode_shape(launched, limits, over_union);
   plan->num_sm_parts = shape.num_parts;
   plan->workspace_bytes = static_cast<size_t>(
-      sm90a_decode_workspace(problem, launched, shape.num_parts, over_union).total_bytes);
+      cuda::sm90a_decode_workspace(problem, launched, shape.num_parts, over_union).total_bytes);
   plan->index_union = over_union;
   plan->kernel_config = entry->name;
   plan->kernel_family = "sm90a_sparse_decode";
@@ -612,8 +564,8 @@ Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void
   // `schedule` says).
   const SparseDecodeProblem launched = cuda::index_union_problem(params.problem);
   const cuda::DecodeLaunchShape shape = sm90a_decode_shape(launched, limits, true);
-  const Sm90aDecodeWorkspace ws =
-      sm90a_decode_workspace(params.problem, launched, plan.num_sm_parts, true);
+  const cuda::Sm90aDecodeWorkspace ws =
+      cuda::sm90a_decode_workspace(params.problem, launched, plan.num_sm_parts, true);
   if (workspace == nullptr || static_cast<int64_t>(workspace_bytes) < ws.total_bytes) {
     return invalid_argument("sparse_decode: the workspace (" + std::to_string(workspace_bytes) +
                             " bytes) does not fit the plan's index union (" +
@@ -622,8 +574,8 @@ Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void
   SMLA_RETURN_IF_ERROR(cuda::launch_index_union(params, ws.index_union, workspace, stream));
   const planning::IndexUnion u = planning::carve_index_union(workspace, ws.index_union);
   const IndexUnionLaunch over_union{static_cast<int>(params.problem.h_q), u.bits, u.extra_bits};
-  return run_split_decode(index_union_params(params, launched, ws.index_union, workspace), plan,
-                          workspace, workspace_bytes, DecodeSchedule::kBuild, stream, shape,
+  return run_split_decode(cuda::index_union_params(params, launched, ws.index_union, workspace),
+                          plan, workspace, workspace_bytes, DecodeSchedule::kBuild, stream, shape,
                           kSm90aDecodeBlockKeys, entry->launch, over_union);
 }
 

@@ -1,7 +1,8 @@
 // Host tests of the index union (planning/index_union.h): its entry rule keeps every token's
 // attended multiset exactly (random lists with repeats within and across tokens, invalid entries
 // and lengths), the workspace region's layout, and the launch policy's shape rule
-// (cuda/decode_launch_policy.h: index_union_fits, index_union_problem, index_union_chosen).
+// (cuda/decode_launch_policy.h: index_union_fits, index_union_problem, index_union_chosen) and the
+// union's call (cuda/index_union_call.h: its workspace and its parameters).
 #include "planning/index_union.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cuda/decode_launch_policy.h"
+#include "cuda/index_union_call.h"
 #include "index_union_host.h"
 
 namespace sparse_mla::planning {
@@ -140,6 +142,59 @@ TEST(IndexUnion, LaunchPolicyShapes) {
   EXPECT_EQ(v.extra_topk, 1024);
   EXPECT_TRUE(v.has_extra_topk_length);
   EXPECT_FALSE(v.extra_topk_length_per_token);
+}
+
+TEST(IndexUnion, TheUnionsCallAndItsWorkspace) {
+  SparseDecodeProblem p;
+  p.b = 3;
+  p.s_q = 4;
+  p.h_q = 16;
+  p.d_qk = 512;
+  p.topk = 128;
+  p.has_extra = true;
+  p.extra_topk = 512;
+  const SparseDecodeProblem launched = cuda::index_union_problem(p);
+  // The unions' region follows the decode's regions of the launched call (3 queries of 64 heads).
+  const cuda::Sm90aDecodeWorkspace ws = cuda::sm90a_decode_workspace(p, launched, 132, true);
+  const DecodeWorkspaceLayout decode = decode_workspace_layout(3, 132, 64, 512);
+  EXPECT_EQ(ws.decode.total_bytes, decode.total_bytes);
+  EXPECT_EQ(ws.index_union.indices_offset, decode.total_bytes);
+  EXPECT_EQ(ws.index_union.capacity, 512);
+  EXPECT_EQ(ws.index_union.extra_capacity, 2048);
+  EXPECT_EQ(ws.total_bytes, ws.index_union.end);
+  EXPECT_EQ(cuda::sm90a_decode_workspace(p, p, 132, false).total_bytes,
+            decode_workspace_layout(12, 132, 16, 512).total_bytes);
+
+  // The union's call: the unions as lists with per-request lengths; q, out, lse and the sink
+  // (pointers and strides) the caller's.
+  detail::DecodeParams call;
+  call.problem = p;
+  call.q_stride_b = 4 * 16 * 512 + 8;
+  call.q_stride_s = 16 * 512 + 4;
+  call.q_stride_h = 512;
+  call.has_extra = true;
+  call.list.topk = 128;
+  call.extra_list.topk = 512;
+  call.out_stride_s = 16 * 512 + 8;
+  call.lse_stride_s = 20;
+  std::vector<uint8_t> workspace(static_cast<size_t>(ws.total_bytes));
+  const detail::DecodeParams u =
+      cuda::index_union_params(call, launched, ws.index_union, workspace.data());
+  EXPECT_EQ(u.problem, launched);
+  const IndexUnion regions = carve_index_union(workspace.data(), ws.index_union);
+  EXPECT_EQ(u.list.indices, regions.indices);
+  EXPECT_EQ(u.list.indices_stride_b, 512);
+  EXPECT_EQ(u.list.topk, 512);
+  EXPECT_EQ(u.list.topk_length, regions.count);
+  EXPECT_EQ(u.list.topk_length_stride_b, 1);
+  EXPECT_EQ(u.list.topk_length_stride_s, 0);
+  EXPECT_EQ(u.extra_list.indices, regions.extra_indices);
+  EXPECT_EQ(u.extra_list.indices_stride_b, 2048);
+  EXPECT_EQ(u.extra_list.topk_length, regions.extra_count);
+  EXPECT_EQ(u.q_stride_s, call.q_stride_s);
+  EXPECT_EQ(u.q_stride_h, call.q_stride_h);
+  EXPECT_EQ(u.out_stride_s, call.out_stride_s);
+  EXPECT_EQ(u.lse_stride_s, call.lse_stride_s);
 }
 
 }  // namespace
