@@ -488,12 +488,19 @@ bool sm90a_decode_supports(const SparseDecodeProblem& problem, std::string* why_
 using cuda::kSm90aDecodeBlockKeys;
 using cuda::kSm90aDecodeRows;
 
-// The Hopper decode's launch of `problem`, or of its union's call (`launched`): the part-count
-// rule for full lists, over an index union for the unions' capacity (s_q full lists).
+// The Hopper decode's launch of `problem`, or of its union's call (`launched`). Over an index
+// union the plain cost line over every SM: the part-count rule sizes parts for full lists, and a
+// union is shorter than s_q full lists by the rows its tokens share.
 cuda::DecodeLaunchShape sm90a_decode_shape(const SparseDecodeProblem& launched,
-                                           const DeviceLimits& limits, bool) {
-  return cuda::one_cta_per_sm_decode_shape(launched, limits, kSm90aDecodeRows,
-                                           kSm90aDecodeBlockKeys);
+                                           const DeviceLimits& limits, bool over_union) {
+  cuda::DecodeLaunchShape shape =
+      cuda::one_cta_per_sm_decode_shape(launched, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
+  if (over_union) {
+    shape.num_parts = std::max(1, limits.sm_count / shape.head_groups);
+    shape.min_units = 0;
+    shape.working_parts = shape.num_parts;
+  }
+  return shape;
 }
 
 Status sm90a_decode_plan(const SparseDecodeProblem& problem, const RunOptions&, DecodePlan* plan) {
