@@ -95,13 +95,19 @@ TEST(IndexUnion, WorkspaceRegion) {
   EXPECT_EQ(no_extra.capacity, 128);
 }
 
-TEST(IndexUnion, LaunchPolicyShapes) {
+// A decode problem of b requests of s_q tokens, h_q heads, topk slots (d_qk 576).
+SparseDecodeProblem problem(int64_t b, int64_t s_q, int64_t h_q, int64_t topk) {
   SparseDecodeProblem p;
-  p.b = 4;
-  p.s_q = 2;
-  p.h_q = 32;
+  p.b = b;
+  p.s_q = s_q;
+  p.h_q = h_q;
   p.d_qk = 576;
-  p.topk = 2048;
+  p.topk = topk;
+  return p;
+}
+
+TEST(IndexUnion, LaunchPolicyShapes) {
+  const SparseDecodeProblem p = problem(4, 2, 32, 2048);
   EXPECT_TRUE(cuda::index_union_fits(p));
   EXPECT_FALSE(cuda::index_union_chosen(p, std::nullopt));
   EXPECT_FALSE(cuda::index_union_chosen(p, 0));
@@ -145,12 +151,7 @@ TEST(IndexUnion, LaunchPolicyShapes) {
 }
 
 TEST(IndexUnion, TheUnionsCallAndItsWorkspace) {
-  SparseDecodeProblem p;
-  p.b = 3;
-  p.s_q = 4;
-  p.h_q = 16;
-  p.d_qk = 512;
-  p.topk = 128;
+  SparseDecodeProblem p = problem(3, 4, 16, 128);
   p.has_extra = true;
   p.extra_topk = 512;
   const SparseDecodeProblem launched = cuda::index_union_problem(p);
