@@ -92,10 +92,10 @@ struct DecodePlan {
   int head_groups = 0;        // CTAs of a query's heads: ceil(h_q / rows_per_cta)
   bool warp_specialized = false;    // producer warps gather and dequantise
   bool paired_head_groups = false;  // 2 head groups as 2-CTA clusters sharing each block
+  int64_t min_units_per_part = 0;   // the schedule's floor per part; 0 = the plain cost line
   // The request's s_q tokens as one 64-row tile over the union of their index lists: a row that
   // several draft tokens attend is gathered and dequantised once (docs/kernels/index_union.md).
   bool index_union = false;
-  int64_t min_units_per_part = 0;  // the schedule's floor per part; 0 = the plain cost line
 
   // Set by plan_sparse_decode over every field above but `reason`; sparse_decode refuses a plan
   // whose fields no longer match it (edited after planning, or not made by plan_sparse_decode).
