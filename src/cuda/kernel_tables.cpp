@@ -335,13 +335,6 @@ Status portable_decode_plan(const SparseDecodeProblem& problem, const RunOptions
   return {};
 }
 
-// What the split kernel and the combine read of an index union (DecodeLaunch::heads_per_token).
-struct IndexUnionLaunch {
-  int heads_per_token = 0;
-  const uint8_t* bits = nullptr;
-  const uint8_t* extra_bits = nullptr;
-};
-
 // The split decode once its kernel and launch shape are chosen (both decode kernels): the plan's
 // workspace checked, the planner over `block_keys`-key blocks (schedule kBuild), the kernel's
 // launch filled from the workspace and run by `launch_kernel(launch, stream)`, then the combine.
@@ -351,7 +344,8 @@ template <class LaunchKernel>
 Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void* workspace,
                         size_t workspace_bytes, DecodeSchedule schedule, cudaStream_t stream,
                         const cuda::DecodeLaunchShape& shape, int block_keys,
-                        LaunchKernel&& launch_kernel, const IndexUnionLaunch& over_union = {}) {
+                        LaunchKernel&& launch_kernel,
+                        const cuda::portable_decode::IndexUnionRows& over_union = {}) {
   const int num_parts = plan.num_sm_parts;
   const int64_t num_queries = params.problem.b * params.problem.s_q;
   const planning::DecodeWorkspaceLayout layout =
@@ -382,9 +376,7 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
   launch.partial_lse = ws.partial_lse;
   launch.partial_out = ws.partial_out;
   launch.pair_head_groups = shape.clusters > 0;
-  launch.heads_per_token = over_union.heads_per_token;
-  launch.union_bits = over_union.bits;
-  launch.extra_union_bits = over_union.extra_bits;
+  launch.index_union = over_union;
   SMLA_RETURN_IF_ERROR(launch_kernel(launch, stream));
   return cuda::launch_split_combine(params, num_parts, workspace, stream,
                                     over_union.heads_per_token);
@@ -573,7 +565,8 @@ Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void
   }
   SMLA_RETURN_IF_ERROR(cuda::launch_index_union(params, ws.index_union, workspace, stream));
   const planning::IndexUnion u = planning::carve_index_union(workspace, ws.index_union);
-  const IndexUnionLaunch over_union{static_cast<int>(params.problem.h_q), u.bits, u.extra_bits};
+  const cuda::portable_decode::IndexUnionRows over_union{static_cast<int>(params.problem.h_q),
+                                                         u.bits, u.extra_bits};
   return run_split_decode(cuda::index_union_params(params, launched, ws.index_union, workspace),
                           plan, workspace, workspace_bytes, DecodeSchedule::kBuild, stream, shape,
                           kSm90aDecodeBlockKeys, entry->launch, over_union);

@@ -20,6 +20,17 @@ namespace sparse_mla::cuda::portable_decode {
 using cuda::decode_head_groups;
 using cuda::decode_rows_for;
 
+// The index union of each request's tokens (planning/index_union.h), which only the Hopper
+// decode reads: the launch's p is then the union's call (s_q 1, the union as each request's
+// lists, its lengths as per-request topk_length, s_q x h_q heads), and row r of a request is head
+// r % heads_per_token of its token r / heads_per_token, attending the union's entries whose token
+// bit (bits, [b, capacity] like the lists) it holds. The combine maps the rows back the same way.
+struct IndexUnionRows {
+  int heads_per_token = 0;  // 0: the tokens' own lists
+  const uint8_t* bits = nullptr;
+  const uint8_t* extra_bits = nullptr;
+};
+
 // One split-kernel launch: the call's arguments plus the schedule in the workspace.
 struct DecodeLaunch {
   detail::DecodeParams p;
@@ -33,14 +44,7 @@ struct DecodeLaunch {
   // where the launch policy pairs them (decode_launch_policy.cpp: 64-row tiles, 65..128 heads, a
   // quantized format on sm_90+: decode_pair_clusters > 0).
   bool pair_head_groups = false;
-  // The index union of each request's tokens (planning/index_union.h), which only the Hopper
-  // decode reads: p is then the union's call (s_q 1, the union as each request's lists, its
-  // lengths as per-request topk_length, s_q x h_q heads), and row r of a request is head
-  // r % heads_per_token of its token r / heads_per_token, attending the union's entries whose
-  // token bit (union_bits, [b, capacity] like the lists) it holds. 0: the tokens' own lists.
-  int heads_per_token = 0;
-  const uint8_t* union_bits = nullptr;
-  const uint8_t* extra_union_bits = nullptr;
+  IndexUnionRows index_union;
 };
 
 // The schedule's block (decode_schedule.h block_tokens) is the kernel's KV tile: kBlockKeys

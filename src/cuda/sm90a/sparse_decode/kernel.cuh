@@ -234,7 +234,7 @@ __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
   }
 }
 
-// Over an index union (DecodeLaunch::heads_per_token > 0) a block's validity flags are its
+// Over an index union (DecodeLaunch::index_union) a block's validity flags are its
 // entries' token bits, copied as they are: 64 bytes from `src`, or zeros for a block past the
 // piece (bytes 0; src is then any readable address).
 struct BlockBits {
@@ -245,10 +245,10 @@ struct BlockBits {
 __device__ __forceinline__ BlockBits block_bits(const DecodeLaunch& launch, const Piece& w,
                                                 int block) {
   const detail::DecodeParams& p = launch.p;
-  const uint8_t* main = launch.union_bits + w.b * p.list.indices_stride_b;
+  const uint8_t* main = launch.index_union.bits + w.b * p.list.indices_stride_b;
   if (block >= w.end) return {main, 0u};
   if (block < w.lists.blocks_main) return {main + block * kBlockKeys, kBlockKeys};
-  return {launch.extra_union_bits + w.b * p.extra_list.indices_stride_b +
+  return {launch.index_union.extra_bits + w.b * p.extra_list.indices_stride_b +
               (block - w.lists.blocks_main) * kBlockKeys,
           kBlockKeys};
 }
@@ -420,9 +420,10 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
       *valid = head < p.problem.h_q;
       const int row = *valid ? head : 0;
       if constexpr (kUnion) {
-        const int token = row / launch.heads_per_token;
-        return q +
-               (token * p.q_stride_s + (row - token * launch.heads_per_token) * p.q_stride_h) * 2;
+        const int token = row / launch.index_union.heads_per_token;
+        return q + (token * p.q_stride_s +
+                    (row - token * launch.index_union.heads_per_token) * p.q_stride_h) *
+                       2;
       }
       return q + row * p.q_stride_h * 2;
     });
@@ -494,8 +495,8 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
     int head = head0 + at.row[h];
     if (head >= launch.p.problem.h_q) continue;
     if (kUnion && slot < 0) {
-      to.s = head / launch.heads_per_token;
-      head -= static_cast<int>(to.s) * launch.heads_per_token;
+      to.s = head / launch.index_union.heads_per_token;
+      head -= static_cast<int>(to.s) * launch.index_union.heads_per_token;
     }
     const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
     const float scale =
@@ -515,7 +516,8 @@ struct KeysOfToken {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = head0 + at.row[h];
-      if (row < launch.p.problem.h_q) bits |= 1u << (row / launch.heads_per_token + 8 * h);
+      if (row < launch.p.problem.h_q)
+        bits |= 1u << (row / launch.index_union.heads_per_token + 8 * h);
     }
   }
   __device__ __forceinline__ bool operator()(uint32_t flag, int h) const {
@@ -596,8 +598,9 @@ Status launch_sm90a_sparse_decode(const DecodeLaunch& launch, cudaStream_t strea
   const dim3 grid(static_cast<unsigned>(launch.num_parts), static_cast<unsigned>(head_groups));
   // Over an index union: its own instantiation, so that a call over the tokens' own lists runs
   // without the union's flag copies, row addressing and row masks.
-  const auto kernel = launch.heads_per_token > 0 ? sm90a_sparse_decode_kernel<Traits, true>
-                                                 : sm90a_sparse_decode_kernel<Traits, false>;
+  const auto kernel = launch.index_union.heads_per_token > 0
+                          ? sm90a_sparse_decode_kernel<Traits, true>
+                          : sm90a_sparse_decode_kernel<Traits, false>;
   SMLA_CUDA_RETURN_IF_ERROR(ensure_max_dynamic_smem(kernel, smem));
   kernel<<<grid, kThreads, smem, stream>>>(launch);
   return check_last_launch("sm90a_sparse_decode_kernel");
