@@ -110,6 +110,11 @@ enum class DecodeSchedule {
   kReuse,  // the workspace already holds the schedule for these topk lengths
 };
 
+// The workspace: plan.workspace_bytes bytes on problem.device (none where that is 0), aligned to
+// kDecodeWorkspaceAlignment bytes (its regions are read with 16-B vector loads and copies;
+// cudaMalloc and torch allocations are 256-B aligned), written by kBuild and read by kReuse.
+inline constexpr size_t kDecodeWorkspaceAlignment = 16;
+
 Status sparse_decode(const SparseDecodeArgs& args, const DecodePlan& plan, void* workspace,
                      size_t workspace_bytes, DecodeSchedule schedule = DecodeSchedule::kBuild,
                      const RunOptions& options = {});

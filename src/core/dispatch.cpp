@@ -2,6 +2,7 @@
 // Kernel choice walks the back end's table (kernel_variant.h) and takes the first variant that
 // supports the problem, or the variant named in RunOptions::kernel.
 #include <cstdint>
+#include <cstdio>
 #include <span>
 #include <string>
 #include <utility>
@@ -318,6 +319,14 @@ Status sparse_decode(const SparseDecodeArgs& args, const DecodePlan& plan, void*
   if (plan.workspace_bytes > 0 && workspace == nullptr) {
     return invalid_argument("sparse_decode: workspace is null but the plan needs " +
                             std::to_string(plan.workspace_bytes) + " bytes");
+  }
+  if (plan.workspace_bytes > 0 &&
+      reinterpret_cast<uintptr_t>(workspace) % kDecodeWorkspaceAlignment != 0) {
+    char address[32];
+    std::snprintf(address, sizeof(address), "%p", workspace);
+    return invalid_argument("sparse_decode: workspace = " + std::string(address) +
+                            " is not aligned to " + std::to_string(kDecodeWorkspaceAlignment) +
+                            " bytes (kDecodeWorkspaceAlignment)");
   }
   // The tensors may have moved device since planning only if the problem (which holds the
   // device) changed, which the check above refuses; the back end is checked again all the same.

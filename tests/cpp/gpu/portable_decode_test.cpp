@@ -315,7 +315,13 @@ void check_case(const verify::DecodeRecipe& recipe) {
     check_portable_launch(c, recipe, plan, device);
   }
   Buffer workspace;
-  SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes, &workspace));
+  SMLA_ASSERT_OK(Buffer::allocate(kGpu, plan.workspace_bytes + 8, &workspace));
+  if (plan.workspace_bytes > 0) {  // refused before any launch, not a misaligned-address fault
+    const Status s = sparse_decode(d0.args, plan, static_cast<uint8_t*>(workspace.data()) + 8,
+                                   plan.workspace_bytes, DecodeSchedule::kBuild, options);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.message();
+    EXPECT_NE(s.message().find("is not aligned to 16 bytes"), std::string::npos) << s.message();
+  }
   SMLA_ASSERT_OK(sparse_decode(d0.args, plan, workspace.data(), plan.workspace_bytes,
                                DecodeSchedule::kBuild, options));
   SMLA_ASSERT_OK(sparse_decode(d1.args, plan, workspace.data(), plan.workspace_bytes,
