@@ -18,7 +18,10 @@
 //                                         decode_launch_policy.h; kernel_tables.cpp)
 //   SMLA_DECODE_INDEX_UNION      0 | 1    1: the Hopper decode over the union of each request's
 //                                         draft tokens' lists wherever it fits; 0 or unset never
-//                                         (index_union_chosen, decode_launch_policy.h)
+//                                         (index_union_chosen, decode_launch_policy.h). A token
+//                                         multiplies the V rows of the others' keys by 0: a row
+//                                         holding Inf or NaN makes every token of the request NaN
+//                                         (docs/kernels/index_union.md)
 //   SMLA_DECODE_PAIR_HEAD_GROUPS 0 | 1    2-CTA clusters for 65..128 heads
 //                                         (decode_launch_policy.cpp)
 //   SMLA_DECODE_WARP_SPECIALIZED 0 | 1    producer warps in the 16-row FP8 decode tile

@@ -17,8 +17,9 @@
 //   indices [b, capacity] int32    the union, then -1 up to capacity
 //   bits    [b, capacity] uint8    the token bits of each entry, 0 past the union
 //   count   [b]           int32    the union's length (the kernels' per-request topk_length)
-// capacity = s_q * topk rounded up to 128 slots (whole 64-slot blocks, with room to spare: the
-// kernels read the bits of a block only below the union's length and zero-fill past it).
+// capacity = s_q * topk rounded up to 128 slots (whole 64-slot blocks). The decode copies a
+// block's 64 bytes of bits whole, also the last block's past the union's length, so the 0 bits
+// (and -1 indices) from the length up to the capacity are what keep those slots unattended.
 #pragma once
 
 #include <cstdint>
