@@ -20,8 +20,8 @@
 #include "cuda/portable/common/tile_attention.cuh"
 #include "cuda/portable/sparse_prefill/config.cuh"
 #include "cuda/portable/sparse_prefill/launch.h"
-#include "cuda/portable/sparse_prefill/token_slots.cuh"
 #include "cuda/portable/sparse_prefill/wide_kernel.cuh"
+#include "cuda/prefill/token_slots.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
 
@@ -107,7 +107,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int64_t token = blockIdx.x / head_groups;
   const int head0 = static_cast<int>(blockIdx.x % head_groups) * Shape::kRows;
 
-  const TokenSlots slots = token_slots<Shape::kBlockKeys>(p, token);
+  const prefill::TokenSlots slots = prefill::token_slots<Shape::kBlockKeys>(p, token);
   const int64_t n_valid = slots.n_valid;
   const int num_blocks = slots.num_blocks;
   const int32_t* token_indices = slots.indices;

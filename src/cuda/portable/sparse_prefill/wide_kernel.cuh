@@ -17,7 +17,7 @@
 #include "cuda/device/ptx/cp_async.cuh"
 #include "cuda/portable/common/wide_tile_attention.cuh"
 #include "cuda/portable/sparse_prefill/config.cuh"
-#include "cuda/portable/sparse_prefill/token_slots.cuh"
+#include "cuda/prefill/token_slots.cuh"
 
 namespace sparse_mla::cuda::portable_prefill {
 
@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(Shape::kThreads, 1)
   const int64_t token = blockIdx.x / head_groups;
   const int head0 = static_cast<int>(blockIdx.x % head_groups) * Shape::kRows;
 
-  const TokenSlots slots = token_slots<Shape::kBlockKeys>(p, token);
+  const prefill::TokenSlots slots = prefill::token_slots<Shape::kBlockKeys>(p, token);
   const int64_t n_valid = slots.n_valid;
   const int num_blocks = slots.num_blocks;
   const int32_t* token_indices = slots.indices;

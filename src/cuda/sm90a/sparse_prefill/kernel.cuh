@@ -30,7 +30,7 @@
 #include "cuda/device/ptx/wgmma.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/knobs.h"
-#include "cuda/portable/sparse_prefill/token_slots.cuh"
+#include "cuda/prefill/token_slots.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/device_limits.h"
 #include "cuda/runtime/dynamic_smem.h"
@@ -52,7 +52,7 @@ struct BlockRows {
   int32_t index[4];
 };
 
-__device__ __forceinline__ BlockRows block_rows(const portable_prefill::TokenSlots& slots,
+__device__ __forceinline__ BlockRows block_rows(const prefill::TokenSlots& slots,
                                                 const ProducerPlace& at, int block) {
   BlockRows rows;
 #pragma unroll
@@ -104,12 +104,12 @@ __device__ __forceinline__ void produce_half(const detail::PrefillParams& p, con
 struct WorkItem {
   int64_t token;
   int head0;
-  portable_prefill::TokenSlots slots;
+  prefill::TokenSlots slots;
   int num_pairs;
   __device__ __forceinline__ WorkItem(const detail::PrefillParams& p, int head_groups, int64_t item)
       : token(item / head_groups),
         head0(static_cast<int>(item % head_groups) * kHeadRows),
-        slots(portable_prefill::token_slots<kBlockKeys>(p, token)),
+        slots(prefill::token_slots<kBlockKeys>(p, token)),
         num_pairs((slots.num_blocks + 1) / 2) {}
 };
 

@@ -1,14 +1,14 @@
-// The KV slots a prefill CTA walks for its query token, shared by both prefill kernels: the valid
-// prefix of the token's index list (detail::effective_topk, the host back ends' rule), none at
-// all when the KV tensor has no rows (then `kv` may be null and no copy, not even a zero-filling
-// one, may name it), and the blocks of kBlockKeys slots covering it.
+// The KV slots a prefill CTA walks for its query token, shared by every prefill kernel (portable
+// and Hopper): the valid prefix of the token's index list (detail::effective_topk, the host back
+// ends' rule), none at all when the KV tensor has no rows (then `kv` may be null and no copy, not
+// even a zero-filling one, may name it), and the blocks of kBlockKeys slots covering it.
 #pragma once
 
 #include <cstdint>
 
 #include "core/params.h"
 
-namespace sparse_mla::cuda::portable_prefill {
+namespace sparse_mla::cuda::prefill {
 
 struct TokenSlots {
   const int32_t* indices;  // [topk] the token's index list
@@ -23,4 +23,4 @@ __device__ __forceinline__ TokenSlots token_slots(const detail::PrefillParams& p
           static_cast<int>((n_valid + kBlockKeys - 1) / kBlockKeys)};
 }
 
-}  // namespace sparse_mla::cuda::portable_prefill
+}  // namespace sparse_mla::cuda::prefill
