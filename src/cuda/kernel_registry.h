@@ -14,8 +14,8 @@
 #include <span>
 
 #include "core/params.h"
+#include "cuda/decode/launch.h"
 #include "cuda/decode_launch_policy.h"
-#include "cuda/portable/sparse_decode/launch.h"
 #include "sparse_mla/kv_cache_format.h"
 #include "sparse_mla/status.h"
 
@@ -43,7 +43,7 @@ struct Sm90aDecodeEntry {
   const char* name;
   KvCacheFormat format;
   int d_qk;
-  Status (*launch)(const portable_decode::DecodeLaunch&, cudaStream_t);
+  Status (*launch)(const decode::DecodeLaunch&, cudaStream_t);
   int (*smem)();  // dynamic shared memory, bytes
 };
 
@@ -51,7 +51,7 @@ struct Sm90aDecodeEntry {
 // (decode_launch_policy.h), then the instantiation's functions.
 struct DecodeEntry {
   DecodeTile tile;
-  Status (*launch)(const portable_decode::DecodeLaunch&, cudaStream_t);
+  Status (*launch)(const decode::DecodeLaunch&, cudaStream_t);
   int (*smem)();
   int (*ctas_per_sm)();    // resident CTAs per SM on the current device; 0 = the query failed
   int (*pair_clusters)();  // resident 2-CTA clusters when paired; 0 = it cannot pair

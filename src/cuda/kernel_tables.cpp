@@ -345,7 +345,7 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
                         size_t workspace_bytes, DecodeSchedule schedule, cudaStream_t stream,
                         const cuda::DecodeLaunchShape& shape, int block_keys,
                         LaunchKernel&& launch_kernel,
-                        const cuda::portable_decode::IndexUnionRows& over_union = {}) {
+                        const cuda::decode::IndexUnionRows& over_union = {}) {
   const int num_parts = plan.num_sm_parts;
   const int64_t num_queries = params.problem.b * params.problem.s_q;
   const planning::DecodeWorkspaceLayout layout =
@@ -368,7 +368,7 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
         cuda::launch_decode_planner(params, num_parts, min_units, block_keys, workspace, stream));
   }
   const planning::DecodeWorkspace ws = planning::carve_decode_workspace(workspace, layout);
-  cuda::portable_decode::DecodeLaunch launch;
+  cuda::decode::DecodeLaunch launch;
   launch.p = params;
   launch.num_parts = num_parts;
   launch.parts = ws.parts;
@@ -565,8 +565,8 @@ Status sm90a_decode_run(const DecodeParams& params, const DecodePlan& plan, void
   }
   SMLA_RETURN_IF_ERROR(cuda::launch_index_union(params, ws.index_union, workspace, stream));
   const planning::IndexUnion u = planning::carve_index_union(workspace, ws.index_union);
-  const cuda::portable_decode::IndexUnionRows over_union{static_cast<int>(params.problem.h_q),
-                                                         u.bits, u.extra_bits};
+  const cuda::decode::IndexUnionRows over_union{static_cast<int>(params.problem.h_q), u.bits,
+                                                u.extra_bits};
   return run_split_decode(cuda::index_union_params(params, launched, ws.index_union, workspace),
                           plan, workspace, workspace_bytes, DecodeSchedule::kBuild, stream, shape,
                           kSm90aDecodeBlockKeys, entry->launch, over_union);

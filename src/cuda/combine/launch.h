@@ -14,7 +14,7 @@ namespace sparse_mla::cuda {
 // schedule's split_offsets and the partial results (partial_lse log2 domain, partial_out
 // normalised per piece). Needs no host synchronisation: a grid over all queries whose CTAs of
 // unsplit queries exit at once. d_v must be 512. heads_per_token > 0: `p` is an index union's
-// call (cuda/portable/sparse_decode/launch.h, IndexUnionRows), whose head r is
+// call (cuda/decode/launch.h, IndexUnionRows), whose head r is
 // head r % heads_per_token of token r / heads_per_token of the request.
 Status launch_split_combine(const detail::DecodeParams& p, int num_parts, const void* workspace,
                             cudaStream_t stream, int heads_per_token = 0);

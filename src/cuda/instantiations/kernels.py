@@ -235,7 +235,7 @@ FAMILIES: dict[str, Family] = {
         instantiations=lambda k: [
             f"template int sm90a_decode_smem_bytes<{k.format_enum}, {k.d_qk}>();",
             f"template Status launch_sm90a_sparse_decode<{k.format_enum}, {k.d_qk}>(",
-            "    const portable_decode::DecodeLaunch&, cudaStream_t);",
+            "    const decode::DecodeLaunch&, cudaStream_t);",
         ],
         describe=lambda k: (
             f"Hopper (sm_90a) sparse decode, {k.format} cache, d_qk {k.d_qk}: 64 head rows per "

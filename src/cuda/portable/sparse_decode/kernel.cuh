@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "core/params.h"
+#include "cuda/decode/piece_inputs.cuh"
 #include "cuda/device/fp8_dequant.cuh"
 #include "cuda/device/gather.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
@@ -26,7 +27,6 @@
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_decode/mma_core.cuh"
-#include "cuda/portable/sparse_decode/piece_inputs.cuh"
 #include "cuda/portable/sparse_decode/raw_rows.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"

@@ -20,12 +20,12 @@
 #include <type_traits>
 
 #include "core/params.h"
+#include "cuda/decode/piece_target.cuh"
 #include "cuda/device/online_softmax.cuh"
 #include "cuda/portable/common/tile_attention.cuh"
 #include "cuda/portable/common/wide_tile_attention.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
-#include "cuda/portable/sparse_decode/piece_target.cuh"
 #include "cuda/portable/sparse_decode/register_q_core.cuh"
 
 namespace sparse_mla::cuda::portable_decode {

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "core/params.h"
+#include "cuda/decode/piece_inputs.cuh"
 #include "cuda/device/fp4_dequant.cuh"
 #include "cuda/device/fp8_dequant.cuh"
 #include "cuda/device/gather.cuh"
@@ -29,7 +30,6 @@
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
 #include "cuda/portable/sparse_decode/mma_core.cuh"
-#include "cuda/portable/sparse_decode/piece_inputs.cuh"
 #include "cuda/portable/sparse_decode/v41_rows.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"

@@ -9,13 +9,13 @@
 #include <cstdint>
 
 #include "core/params.h"
+#include "cuda/decode/piece_inputs.cuh"
 #include "cuda/device/fp4_dequant.cuh"
 #include "cuda/device/fp8_dequant.cuh"
 #include "cuda/device/gather.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
-#include "cuda/portable/sparse_decode/piece_inputs.cuh"
 
 namespace sparse_mla::cuda::portable_decode {
 

@@ -33,14 +33,14 @@
 
 #include <cstdint>
 
+#include "cuda/decode/piece_inputs.cuh"
+#include "cuda/decode/piece_target.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/ptx/barrier.cuh"
 #include "cuda/device/ptx/cp_async.cuh"
 #include "cuda/device/smem_tile.cuh"
 #include "cuda/portable/sparse_decode/config.cuh"
 #include "cuda/portable/sparse_decode/launch.h"
-#include "cuda/portable/sparse_decode/piece_inputs.cuh"
-#include "cuda/portable/sparse_decode/piece_target.cuh"
 #include "cuda/portable/sparse_decode/raw_rows.cuh"
 #include "cuda/portable/sparse_decode/register_q_core.cuh"
 #include "cuda/runtime/cuda_check.h"

@@ -17,7 +17,7 @@
 //              cuda/device/fp8_dequant.cuh);
 //   store      an unsplit query's bf16 out (sink applied) and natural-log lse, or a split piece's
 //              fp32 partial (normalised by its own sum) and log2 partial lse for the combine
-//              (portable_decode::finish_row / store_row).
+//              (decode::finish_row / store_row).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,6 +27,9 @@
 #include <type_traits>
 
 #include "core/params.h"
+#include "cuda/decode/launch.h"
+#include "cuda/decode/piece_inputs.cuh"
+#include "cuda/decode/piece_target.cuh"
 #include "cuda/device/fp8_dequant.cuh"
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/online_softmax.cuh"
@@ -37,9 +40,6 @@
 #include "cuda/device/ptx/grid_dependency.cuh"
 #include "cuda/device/ptx/warpgroup.cuh"
 #include "cuda/device/smem_tile.cuh"
-#include "cuda/portable/sparse_decode/launch.h"
-#include "cuda/portable/sparse_decode/piece_inputs.cuh"
-#include "cuda/portable/sparse_decode/piece_target.cuh"
 #include "cuda/runtime/cuda_check.h"
 #include "cuda/runtime/dynamic_smem.h"
 #include "cuda/sm90a/seesaw/consumers.cuh"
@@ -51,8 +51,8 @@
 
 namespace sparse_mla::cuda::sm90a_decode {
 
-using portable_decode::DecodeLaunch;
-using portable_decode::QueryLists;
+using decode::DecodeLaunch;
+using decode::QueryLists;
 
 // One piece of the CTA's part: query (b, s), its blocks [begin, end) of the main list then the
 // extra list, in pairs (the last pair's K1 may lie past `end`: all its slots are invalid).
@@ -64,7 +64,7 @@ struct Piece {
                                    const planning::DecodePartSchedule& part, int32_t query)
       : b(query / p.problem.s_q),
         s(query % p.problem.s_q),
-        lists(portable_decode::query_lists<kBlockKeys>(p, b, s)),
+        lists(decode::query_lists<kBlockKeys>(p, b, s)),
         begin(query == part.begin_query ? part.begin_block : 0),
         end(query == part.end_query ? part.end_block : lists.blocks_total),
         num_pairs(end > begin ? (end - begin + 1) / 2 : 0) {}
@@ -120,14 +120,13 @@ struct CacheDividers {
 // Slot `index` of `cache`: whether it is valid (0 <= index < the cache's slots) and its data and
 // scale rows (slot 0's, in bounds, for an invalid one).
 template <class Traits>
-__device__ __forceinline__ portable_decode::SlotRows locate_slot(const detail::KvCacheParams& cache,
-                                                                 const PageDivider& div,
-                                                                 int32_t index, bool* valid) {
+__device__ __forceinline__ decode::SlotRows locate_slot(const detail::KvCacheParams& cache,
+                                                        const PageDivider& div, int32_t index,
+                                                        bool* valid) {
   *valid = index >= 0 && index < cache.num_blocks * cache.page_block_size;
   const uint32_t slot = *valid ? static_cast<uint32_t>(index) : 0u;
   const uint32_t page = div.page(slot);
-  return portable_decode::page_token_rows<Traits>(cache, div.page_size, page,
-                                                  slot - page * div.page_size);
+  return decode::page_token_rows<Traits>(cache, div.page_size, page, slot - page * div.page_size);
 }
 
 // The L2 prefetch that runs a pair ahead of the copies: producer thread t owns row t % 64 of block
@@ -141,7 +140,7 @@ __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
   if (block >= w.end) return;
   const bool main = block < w.lists.blocks_main;
   bool valid;
-  const portable_decode::SlotRows src =
+  const decode::SlotRows src =
       locate_slot<Traits>(main ? p.cache : p.extra_cache, div.of(main), index, &valid);
   if (!valid) return;
   ptx::prefetch_l2_bulk(src.data, Traits::kDataRowBytes);
@@ -159,7 +158,7 @@ struct HalfScales {
 };
 
 template <class Traits, int kHalf>
-__device__ __forceinline__ const uint8_t* half_scale_source(const portable_decode::SlotRows& rows) {
+__device__ __forceinline__ const uint8_t* half_scale_source(const decode::SlotRows& rows) {
   if constexpr (Traits::kScalesInRow) {
     static_assert(Traits::kTileSize == 128 && Traits::kScaleOffset % 8 == 0);
     return rows.data + Traits::kScaleOffset + 8 * kHalf;
@@ -185,10 +184,9 @@ struct HalfUnits {
 // Row r of a block: whether its slot is valid (0 <= index < the cache's slots) and its data and
 // scale rows (slot 0's, in bounds, for an invalid one).
 template <class Traits>
-__device__ __forceinline__ portable_decode::SlotRows block_row(const detail::DecodeParams& p,
-                                                               const CacheDividers& div,
-                                                               const BlockRows& rows, int r,
-                                                               bool* valid) {
+__device__ __forceinline__ decode::SlotRows block_row(const detail::DecodeParams& p,
+                                                      const CacheDividers& div,
+                                                      const BlockRows& rows, int r, bool* valid) {
   return locate_slot<Traits>(rows.main ? p.cache : p.extra_cache, div.of(rows.main), rows.index[r],
                              valid);
 }
@@ -211,7 +209,7 @@ __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
   for (int r = 0; r < 4; ++r) {
     const int row = at.group + 16 * r;
     bool valid;
-    const portable_decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
+    const decode::SlotRows src = block_row<Traits>(p, div, rows, r, &valid);
     if (at.chunk == 0) {
       if (!kUnion && writes_flags) sm.valid[kStage][row] = valid ? 1 : 0;
       ptx::cp_async_ca_8(half_base + 8 * row, half_scale_source<Traits, kHalf>(src),
@@ -476,7 +474,7 @@ __device__ __forceinline__ void produce(const DecodeLaunch& launch,
 
 // ---- consumers and the store ---------------------------------------------------------------
 
-// The piece's output through the split kernel's row stores (portable_decode::PieceTarget): an
+// The piece's output through the split kernel's row stores (decode::PieceTarget): an
 // unsplit query's out with the sink and its lse (natural log), or a split piece's partial row
 // normalised by its sum and its log2 lse. Accumulator slice n holds columns 8 n + 2 (lane % 4),
 // +1 of the warpgroup's 256: the [n][4] view of store_row. Over an index union (kUnion) an
@@ -488,7 +486,7 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
                                             RowState& st, float (&o)[128],
                                             float (&row_sum)[2][kHeadRows]) {
   publish_row_sums(at, st, row_sum, nullptr);
-  portable_decode::PieceTarget to{&launch, w.b, kUnion ? 0 : w.s, slot, head0};
+  decode::PieceTarget to{&launch, w.b, kUnion ? 0 : w.s, slot, head0};
   const auto& slices = *reinterpret_cast<const float(*)[32][4]>(&o);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -500,8 +498,8 @@ __device__ __forceinline__ void store_piece(const DecodeLaunch& launch, const Pi
     }
     const float l_total = row_sum[0][at.row[h]] + row_sum[1][at.row[h]];
     const float scale =
-        portable_decode::finish_row(to, head, st.m[h], l_total, at.wg == 0 && (at.lane & 3) == 0);
-    portable_decode::store_row<32>(to, head, 256 * at.wg + 2 * (at.lane & 3), slices, 2 * h, scale);
+        decode::finish_row(to, head, st.m[h], l_total, at.wg == 0 && (at.lane & 3) == 0);
+    decode::store_row<32>(to, head, 256 * at.wg + 2 * (at.lane & 3), slices, 2 * h, scale);
   }
 }
 

@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "cuda/portable/sparse_decode/launch.h"
+#include "cuda/decode/launch.h"
 #include "sparse_mla/kv_cache_format.h"
 #include "sparse_mla/status.h"
 
@@ -19,6 +19,6 @@ int sm90a_decode_smem_bytes();
 // Launches on `stream`; launch.p is validated (core/validate) and the caller has checked that the
 // device is sm_90 and runs this library's sm_90a code.
 template <KvCacheFormat kFormat, int kDqk>
-Status launch_sm90a_sparse_decode(const portable_decode::DecodeLaunch& launch, cudaStream_t stream);
+Status launch_sm90a_sparse_decode(const decode::DecodeLaunch& launch, cudaStream_t stream);
 
 }  // namespace sparse_mla::cuda::sm90a_decode

@@ -1,6 +1,7 @@
-// What a decode piece reads before its blocks (both split kernels: kernel.cuh and
-// warp_specialized_kernel.cuh): the query's two index lists with their clamped lengths and block
-// counts, a block's index list entries and their rows' addresses, and the head group's Q rows.
+// What a decode piece reads before its blocks (the portable split kernels; the Hopper decode
+// takes its lists and row addresses): the query's two index lists with their clamped lengths and
+// block counts, a block's index list entries and their rows' addresses, and the head group's Q
+// rows.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +11,7 @@
 #include "cuda/device/kv_cache_traits.cuh"
 #include "cuda/device/smem_tile.cuh"
 
-namespace sparse_mla::cuda::portable_decode {
+namespace sparse_mla::cuda::decode {
 
 // A query's two index lists, clamped lengths and block counts.
 struct QueryLists {
@@ -97,4 +98,4 @@ __device__ __forceinline__ void load_q(const detail::DecodeParams& p, int64_t b,
       static_cast<int>(p.problem.h_q), head0);
 }
 
-}  // namespace sparse_mla::cuda::portable_decode
+}  // namespace sparse_mla::cuda::decode

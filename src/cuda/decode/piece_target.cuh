@@ -1,17 +1,18 @@
-// Where a finished piece of the decode split kernel goes, and the row stores every MMA core
-// (mma_core.cuh, register_q_core.cuh) shares: an unsplit query writes bf16 `out` with the sink and
-// the natural-log lse; a split piece writes the fp32 partial output and log2 lse the combine reads.
+// Where a finished piece of a decode split kernel goes, and the row stores every MMA core shares
+// (the portable mma_core.cuh and register_q_core.cuh, the Hopper decode's store): an unsplit query
+// writes bf16 `out` with the sink and the natural-log lse; a split piece writes the fp32 partial
+// output and log2 lse the combine reads.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
 #include "core/params.h"
+#include "cuda/decode/launch.h"
 #include "cuda/device/online_softmax.cuh"
 #include "cuda/device/ptx/mma.cuh"
-#include "cuda/portable/sparse_decode/launch.h"
 
-namespace sparse_mla::cuda::portable_decode {
+namespace sparse_mla::cuda::decode {
 
 // Where a finished piece goes. slot < 0: the query is processed whole here: out [b, s_q, h_q, 512]
 // bf16 with the sink, lse natural log (+inf, out 0 without a valid slot). slot >= 0:
@@ -68,4 +69,4 @@ __device__ __forceinline__ void store_row(const PieceTarget& to, int head, int c
   }
 }
 
-}  // namespace sparse_mla::cuda::portable_decode
+}  // namespace sparse_mla::cuda::decode
