@@ -10,6 +10,8 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <numbers>
+#include <numeric>
 #include <optional>
 #include <thread>
 #include <tuple>
@@ -36,6 +38,10 @@ enum Stream : uint64_t {
   kSink = 9,
   kOffsets = 10,
   kShared = 11,
+  kRequestLengths = 12,
+  kExtraRequestLengths = 13,
+  kRequestPages = 14,
+  kExtraRequestPages = 15,
 };
 
 // splitmix64: tiny state, good enough statistics, and cheap to seed per row.
@@ -65,6 +71,46 @@ struct Rng {
                    static_cast<uint32_t>((r >> 32) & 0xffff) + static_cast<uint32_t>(r >> 48);
     return (static_cast<float>(sum) * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
   }
+};
+
+// N(0, 1) by Box-Muller: a request length's spread needs the tails normal() cuts at 3.46 sigma.
+double gaussian(Rng& rng) {
+  const double u1 = 1.0 - rng.uniform();  // (0, 1]
+  const double u2 = rng.uniform();
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+}
+
+// Lists of distinct values, drawn with scratch kept between lists: out[0, min(count, n)) distinct
+// values of [0, n) in random order, -1 after them up to count.
+class DistinctDraw {
+ public:
+  void operator()(Rng& rng, int64_t count, int64_t n, int32_t* out) {
+    const int64_t k = std::min(count, n);
+    if (2 * k > n) {  // most of [0, n): a partial Fisher-Yates shuffle
+      all_.resize(n);
+      std::iota(all_.begin(), all_.end(), 0);
+      for (int64_t i = 0; i < k; ++i) {
+        std::swap(all_[i], all_[i + rng.below(n - i)]);
+        out[i] = all_[i];
+      }
+    } else {  // a few of many: draw again on a value already drawn (a bitmap, cleared after)
+      if (static_cast<int64_t>(seen_.size()) * 64 < n) seen_.assign((n + 63) / 64, 0);
+      for (int64_t i = 0; i < k; ++i) {
+        int64_t v;
+        do {
+          v = rng.below(n);
+        } while ((seen_[v >> 6] >> (v & 63)) & 1u);
+        seen_[v >> 6] |= uint64_t{1} << (v & 63);
+        out[i] = static_cast<int32_t>(v);
+      }
+      for (int64_t i = 0; i < k; ++i) seen_[out[i] >> 6] &= ~(uint64_t{1} << (out[i] & 63));
+    }
+    std::fill(out + k, out + count, -1);
+  }
+
+ private:
+  std::vector<uint64_t> seen_;
+  std::vector<int32_t> all_;
 };
 
 uint16_t to_bf16(float x) {  // round to nearest even; the recipe never makes NaN here
@@ -217,6 +263,10 @@ Status make_prefill_case(const PrefillRecipe& r, PrefillCase* c) {
         " (got d_qk " +
         std::to_string(r.d_qk) + ", s_kv " + std::to_string(r.s_kv) + ")");
   }
+  if (r.distinct_indices && (r.invalid_indices || r.empty_queries)) {
+    return invalid_argument(
+        "make_prefill_case: distinct_indices needs invalid_indices and empty_queries off");
+  }
   *c = PrefillCase{};
   c->recipe = r;
   const int64_t s_q = r.s_q, h_q = r.h_q, d = r.d_qk, topk = r.topk, s_kv = r.s_kv;
@@ -238,12 +288,17 @@ Status make_prefill_case(const PrefillRecipe& r, PrefillCase* c) {
     if (empty && !r.invalid_indices && r.topk_length) lengths[i] = 0;
   }
   parallel_ranges(s_q, 256, [&](int64_t b, int64_t e) {
+    DistinctDraw distinct;
     for (int64_t i = b; i < e; ++i) {
       Rng empty_rng(r.seed, kEmpty, i);
       bool empty = r.empty_queries && (empty_rng.below(16) == 0 || (s_q >= 2 && i == 1));
       Rng rng(r.seed, kIndices, i);
-      fill_list(rng, &c->indices[i * idx_stride], topk, clamp_length(lengths[i], topk), s_kv, empty,
-                r.invalid_indices);
+      if (r.distinct_indices) {
+        distinct(rng, topk, s_kv, &c->indices[i * idx_stride]);
+      } else {
+        fill_list(rng, &c->indices[i * idx_stride], topk, clamp_length(lengths[i], topk), s_kv,
+                  empty, r.invalid_indices);
+      }
     }
   });
   if (r.topk_length) {
@@ -315,11 +370,56 @@ SparsePrefillArgs PrefillCase::args(TensorView out, TensorView max_logits, Tenso
 
 namespace {
 
-// One index list of a decode case: [b, s_q, topk] indices plus optional lengths.
+// The requests of DecodeRecipe::request_tokens: each request's length and its pages, a random
+// share of one pool of b x pages_each pages.
+struct RequestPages {
+  std::vector<int64_t> length;  // [b] tokens
+  std::vector<int32_t> page;    // [b, pages_each]: request i's page j is page[i * pages_each + j]
+  int64_t pages_each = 0;
+  int64_t page_size = 0;
+};
+
+// Each request's length, max(round(N(tokens, tokens / 2)), s_q), and the pages every request
+// gets: the longest length's, rounded up to 4 pages.
+std::vector<int64_t> request_lengths(const DecodeRecipe& r, int64_t tokens, uint64_t stream) {
+  std::vector<int64_t> length(r.b);
+  for (int64_t i = 0; i < r.b; ++i) {
+    Rng rng(r.seed, stream, static_cast<uint64_t>(i));
+    const double drawn = std::round(static_cast<double>(tokens) * (1.0 + 0.5 * gaussian(rng)));
+    length[i] = std::max<int64_t>(r.s_q, drawn > 0 ? static_cast<int64_t>(drawn) : 0);
+  }
+  return length;
+}
+
+int64_t pages_each(const std::vector<int64_t>& length, int64_t page_size) {
+  int64_t longest = 1;
+  for (int64_t l : length) longest = std::max(longest, l);
+  const int64_t align = 4 * page_size;
+  return (longest + align - 1) / align * align / page_size;
+}
+
+RequestPages request_pages(const DecodeRecipe& r, int64_t tokens, int64_t page_size,
+                           uint64_t length_stream, uint64_t page_stream) {
+  RequestPages q;
+  q.page_size = page_size;
+  q.length = request_lengths(r, tokens, length_stream);
+  q.pages_each = pages_each(q.length, page_size);
+  q.page.resize(r.b * q.pages_each);
+  std::iota(q.page.begin(), q.page.end(), 0);
+  Rng rng(r.seed, page_stream, 0);
+  for (int64_t i = static_cast<int64_t>(q.page.size()) - 1; i > 0; --i) {
+    std::swap(q.page[i], q.page[rng.below(i + 1)]);
+  }
+  return q;
+}
+
+// One index list of a decode case: [b, s_q, topk] indices plus optional lengths; `requests`
+// (or null) draws them as DecodeRecipe::request_tokens says.
 struct ListPlan {
   int64_t topk, num_slots;
   bool has_length, per_token;
   uint64_t length_stream, index_stream;
+  const RequestPages* requests = nullptr;
 };
 
 struct ListData {
@@ -372,10 +472,23 @@ void make_list(const DecodeRecipe& r, const ListPlan& p, const std::vector<uint8
     }
   }
   parallel_ranges(b * s_q, 64, [&](int64_t begin, int64_t end) {
+    DistinctDraw distinct;
     for (int64_t qi = begin; qi < end; ++qi) {
       Rng rng(r.seed, p.index_stream, qi);
-      fill_list(rng, &out->indices[(qi / s_q) * out->stride_b + (qi % s_q) * out->stride_s], topk,
-                len[qi], p.num_slots, empty[qi], r.invalid_indices);
+      int32_t* list = &out->indices[(qi / s_q) * out->stride_b + (qi % s_q) * out->stride_s];
+      if (p.requests == nullptr) {
+        fill_list(rng, list, topk, len[qi], p.num_slots, empty[qi], r.invalid_indices);
+        continue;
+      }
+      // Distinct positions of the request, then each through the request's pages.
+      const RequestPages& q = *p.requests;
+      const int64_t bi = qi / s_q;
+      distinct(rng, topk, q.length[bi], list);
+      for (int64_t k = 0; k < topk && list[k] >= 0; ++k) {
+        const int64_t at = list[k];
+        list[k] = static_cast<int32_t>(q.page[bi * q.pages_each + at / q.page_size] * q.page_size +
+                                       at % q.page_size);
+      }
     }
   });
   if (r.shared_indices > 0 && s_q > 1) {
@@ -471,6 +584,29 @@ int64_t count_referenced(const std::vector<uint8_t>& referenced) {
 
 }  // namespace
 
+DecodeCacheBlocks decode_cache_blocks(const DecodeRecipe& r) {
+  // FlashMLA's requests (request_tokens), or by default about twice the slots the lists index.
+  // A recipe make_decode_case refuses (b x tokens past 2^28) gets an estimate, not b draws.
+  auto blocks_for = [&](int64_t given, int64_t tokens, uint64_t stream, int64_t topk,
+                        int64_t page) -> int64_t {
+    page = std::max<int64_t>(page, 1);
+    if (tokens > 0 && r.b >= 1 && tokens <= INT_MAX / 8 / r.b) {
+      return r.b * pages_each(request_lengths(r, tokens, stream), page);
+    }
+    const double slots = tokens > 0 ? double(r.b) * double(tokens) : 2.0 * r.b * r.s_q * topk;
+    if (given > 0 && tokens <= 0) return given;
+    return static_cast<int64_t>(std::clamp(std::ceil(slots / page), 1.0, 0x1p62));
+  };
+  DecodeCacheBlocks blocks;
+  blocks.main =
+      blocks_for(r.num_blocks, r.request_tokens, kRequestLengths, r.topk, r.page_block_size);
+  if (r.extra_cache) {
+    blocks.extra = blocks_for(r.extra_num_blocks, r.extra_request_tokens, kExtraRequestLengths,
+                              r.extra_topk, r.extra_page_block_size);
+  }
+  return blocks;
+}
+
 Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
   if (c == nullptr) return invalid_argument("make_decode_case: out is null");
   SMLA_RETURN_IF_ERROR(check_recipe_dims("make_decode_case", r.s_q, r.h_q, r.topk));
@@ -497,6 +633,19 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
     return invalid_argument("make_decode_case: recipe shared_indices = " +
                             std::to_string(r.shared_indices) + " must be in [0, 1]");
   }
+  for (const auto& [tokens, given_blocks, name] :
+       {std::tuple{r.request_tokens, r.num_blocks, "request_tokens"},
+        std::tuple{r.extra_cache ? r.extra_request_tokens : int64_t{0}, r.extra_num_blocks,
+                   "extra_request_tokens"}}) {
+    // A request's length stays below ~5.3 x tokens (Box-Muller's tail), its pages below 2^31.
+    if (tokens < 0 || (tokens > 0 && (given_blocks != 0 || r.invalid_indices || r.empty_queries ||
+                                      tokens > INT_MAX / 8 / std::max<int64_t>(r.b, 1)))) {
+      return invalid_argument(std::string("make_decode_case: recipe ") + name + " = " +
+                              std::to_string(tokens) +
+                              " needs its cache's num_blocks 0, invalid_indices and empty_queries "
+                              "off, and b x tokens below 2^28");
+    }
+  }
   if (r.b < 1 || r.page_block_size < 1 || (d_qk != 512 && d_qk != 576) ||
       (info.d_qk != 0 && d_qk != info.d_qk) ||
       (r.extra_cache && (r.extra_topk < 1 || r.extra_page_block_size < 1))) {
@@ -509,13 +658,17 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
   c->recipe = r;
   const int64_t b = r.b, s_q = r.s_q, h_q = r.h_q, nq = b * s_q;
   const bool pad = r.padded_strides;
-  // Default cache sizes: about twice the slots the lists index.
-  auto blocks_for = [&](int64_t given, int64_t topk, int64_t page) {
-    return given > 0 ? given : std::max<int64_t>(1, (2 * nq * topk + page - 1) / page);
-  };
-  const int64_t num_blocks = blocks_for(r.num_blocks, r.topk, r.page_block_size);
-  const int64_t extra_blocks =
-      r.extra_cache ? blocks_for(r.extra_num_blocks, r.extra_topk, r.extra_page_block_size) : 0;
+  const DecodeCacheBlocks blocks = decode_cache_blocks(r);
+  const int64_t num_blocks = blocks.main, extra_blocks = blocks.extra;
+  std::optional<RequestPages> requests, extra_requests;
+  if (r.request_tokens > 0) {
+    requests =
+        request_pages(r, r.request_tokens, r.page_block_size, kRequestLengths, kRequestPages);
+  }
+  if (r.extra_cache && r.extra_request_tokens > 0) {
+    extra_requests = request_pages(r, r.extra_request_tokens, r.extra_page_block_size,
+                                   kExtraRequestLengths, kExtraRequestPages);
+  }
   if (num_blocks * r.page_block_size > INT_MAX ||
       extra_blocks * r.extra_page_block_size > INT_MAX) {
     return invalid_argument("make_decode_case: a cache has more than 2^31-1 slots");
@@ -556,7 +709,7 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
   ListData main;
   make_list(r,
             ListPlan{r.topk, num_blocks * r.page_block_size, r.topk_length, r.topk_length_per_token,
-                     kLength, kIndices},
+                     kLength, kIndices, requests ? &*requests : nullptr},
             empty, &main);
   SMLA_RETURN_IF_ERROR(make_cache(r, r.format, resolve_kv_layout(r.format, r.kv_layout), d_qk,
                                   num_blocks, r.page_block_size, main.referenced, kKv, &c->cache,
@@ -579,7 +732,8 @@ Status make_decode_case(const DecodeRecipe& r, DecodeCase* c) {
     ListData extra;
     make_list(r,
               ListPlan{r.extra_topk, extra_blocks * r.extra_page_block_size, r.extra_topk_length,
-                       r.extra_topk_length_per_token, kExtraLength, kExtraIndices},
+                       r.extra_topk_length_per_token, kExtraLength, kExtraIndices,
+                       extra_requests ? &*extra_requests : nullptr},
               empty, &extra);
     KvCacheView extra_view;
     SMLA_RETURN_IF_ERROR(make_cache(

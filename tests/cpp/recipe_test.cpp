@@ -228,5 +228,109 @@ TEST(Recipe, DraftTokensShareTheirRequestsIndices) {
   }
 }
 
+// distinct_indices: every token's list holds topk distinct valid slots (FlashMLA's prefill
+// benchmark's lists), also where topk is most of s_kv; -1 past s_kv where topk exceeds it.
+TEST(Recipe, PrefillDistinctIndices) {
+  for (const auto& [topk, s_kv] : {std::pair{64, 4096}, std::pair{900, 1000}, std::pair{40, 25}}) {
+    PrefillRecipe r;
+    r.s_q = 9;
+    r.h_q = 2;
+    r.topk = topk;
+    r.s_kv = s_kv;
+    r.invalid_indices = r.empty_queries = r.topk_length = false;
+    r.distinct_indices = true;
+    PrefillCase c;
+    ASSERT_TRUE(make_prefill_case(r, &c).ok());
+    const int64_t stride = c.indices_view.strides[0];
+    for (int64_t i = 0; i < r.s_q; ++i) {
+      const int32_t* list = &c.indices[i * stride];
+      const int64_t valid = std::min<int64_t>(topk, s_kv);
+      std::set<int32_t> seen(list, list + valid);
+      EXPECT_EQ(static_cast<int64_t>(seen.size()), valid) << "token " << i;
+      EXPECT_GE(*seen.begin(), 0);
+      EXPECT_LT(*seen.rbegin(), s_kv);
+      for (int64_t k = valid; k < topk; ++k) EXPECT_EQ(list[k], -1);
+    }
+  }
+  PrefillRecipe mixed;  // distinct lists have no room for the invalid-value mixture
+  mixed.distinct_indices = true;
+  PrefillCase c;
+  EXPECT_FALSE(make_prefill_case(mixed, &c).ok());
+}
+
+// request_tokens: the lists of FlashMLA's decode benchmark. Each request owns pages no other
+// request uses; a token's valid slots are distinct positions below its request's length, on
+// its request's pages; the lengths spread around request_tokens (some requests shorter than
+// topk, whose lists end in -1); the cache is b x the longest request's pages, as
+// decode_cache_blocks says before the case is made.
+TEST(Recipe, DecodeRequestsOnTheirOwnPages) {
+  DecodeRecipe r;
+  r.b = 24;
+  r.s_q = 2;
+  r.topk = 50;
+  r.page_block_size = 8;
+  r.request_tokens = 70;
+  r.extra_cache = true;
+  r.extra_topk = 20;
+  r.extra_page_block_size = 4;
+  r.extra_request_tokens = 30;
+  r.invalid_indices = r.empty_queries = r.topk_length = r.extra_topk_length = false;
+  const DecodeCacheBlocks blocks = decode_cache_blocks(r);
+  DecodeCase c;
+  ASSERT_TRUE(make_decode_case(r, &c).ok());
+  EXPECT_EQ(c.cache_view.num_blocks, blocks.main);
+  EXPECT_EQ(c.extra_cache_view->num_blocks, blocks.extra);
+  const auto check = [&](const std::vector<int32_t>& indices, const TensorView& view, int64_t topk,
+                         int64_t page, int64_t num_blocks, int64_t tokens, const char* list) {
+    EXPECT_EQ(num_blocks % r.b, 0) << list;
+    std::vector<int64_t> owner(num_blocks, -1);
+    int64_t short_lists = 0, longest = 0, shortest = INT64_MAX;
+    for (int64_t bi = 0; bi < r.b; ++bi) {
+      int64_t request_valid = -1;
+      for (int64_t si = 0; si < r.s_q; ++si) {
+        const int32_t* row = &indices[bi * view.strides[0] + si * view.strides[1]];
+        std::set<int32_t> slots;
+        int64_t valid = 0;
+        for (int64_t k = 0; k < topk; ++k) {
+          if (row[k] < 0) {
+            EXPECT_EQ(row[k], -1) << list;
+            continue;
+          }
+          EXPECT_EQ(valid, k) << list << ": -1 only after the valid entries";
+          ++valid;
+          slots.insert(row[k]);
+          const int64_t block = row[k] / page;
+          ASSERT_LT(block, num_blocks) << list;
+          EXPECT_TRUE(owner[block] == -1 || owner[block] == bi) << list << " page " << block;
+          owner[block] = bi;
+        }
+        EXPECT_EQ(static_cast<int64_t>(slots.size()), valid) << list << " b " << bi;
+        if (request_valid >= 0) EXPECT_EQ(valid, request_valid) << list << ": one length";
+        request_valid = valid;
+      }
+      short_lists += request_valid < topk;
+      // A short request's list is all of its positions: its length.
+      if (request_valid < topk) {
+        longest = std::max(longest, request_valid);
+        shortest = std::min(shortest, request_valid);
+      }
+    }
+    EXPECT_GT(short_lists, 0) << list << ": N(" << tokens << ", " << tokens / 2
+                              << ") puts some requests below topk " << topk;
+    EXPECT_LT(short_lists, r.b) << list;
+    EXPECT_LT(shortest, longest) << list << ": lengths spread";
+  };
+  check(c.indices, c.indices_view, r.topk, r.page_block_size, blocks.main, r.request_tokens,
+        "main");
+  check(c.extra_indices, *c.extra_indices_view, r.extra_topk, r.extra_page_block_size, blocks.extra,
+        r.extra_request_tokens, "extra");
+  DecodeRecipe given = r;  // the cache's size is the requests'
+  given.num_blocks = 100;
+  EXPECT_FALSE(make_decode_case(given, &c).ok());
+  DecodeRecipe mixed = r;
+  mixed.invalid_indices = true;
+  EXPECT_FALSE(make_decode_case(mixed, &c).ok());
+}
+
 }  // namespace
 }  // namespace sparse_mla::verify

@@ -78,7 +78,7 @@ void declare_flags(FlagSet* f, Settings* s) {
   f->add_int("n", &s->n, "write_kv_cache: rows written per call", 1, 1 << 24);
   f->add_int("b", &s->b, "decode: requests", 1, 1 << 20);
   f->add_int("s_q", &s->s_q, "query tokens (prefill) / per request (decode)", 1, 1 << 24);
-  f->add_int("s_kv", &s->s_kv, "prefill: kv rows; decode: cache tokens per request", 1,
+  f->add_int("s_kv", &s->s_kv, "prefill: kv rows; decode: mean cache tokens per request", 1,
              int64_t{1} << 31);
   f->add_int("h_q", &s->h_q, "query heads", 1, 128);
   f->add_int("d_qk", &s->d_qk, "prefill: 512 or 576 (decode: the format's; bf16: 576 or 512)", 512,
@@ -90,8 +90,8 @@ void declare_flags(FlagSet* f, Settings* s) {
              0, 1 << 20);
   f->add_int("extra_page_block_size", &s->extra_page_block_size, "decode: extra cache page size", 1,
              1 << 16);
-  f->add_int("extra_s_kv", &s->extra_s_kv, "decode: extra cache tokens per request (0 = --s_kv)", 0,
-             int64_t{1} << 31);
+  f->add_int("extra_s_kv", &s->extra_s_kv,
+             "decode: mean extra cache tokens per request (0 = --s_kv)", 0, int64_t{1} << 31);
   f->add_double("shared_indices", &s->shared_indices,
                 "decode: each entry of a draft token's (s >= 1) index lists is its request's "
                 "token-0 entry with this probability (MTP verification's overlap; 0 = none)",
@@ -266,7 +266,7 @@ int bench_command(const Invocation& inv) {
 
   // Before minutes of ceilings and runs: refuse a case whose tensors cannot fit.
   for (const BenchCase& c : cases) {
-    if (Status st = check_case_fits(c.scaled(s.scale), device); !st.ok()) {
+    if (Status st = check_case_fits(c.scaled(s.scale), s.seed, device); !st.ok()) {
       std::cerr << "sparse-mla bench: " << st.message() << "\n";
       return kExitUsageError;
     }

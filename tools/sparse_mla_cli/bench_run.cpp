@@ -72,7 +72,10 @@ Status time_case(const std::function<Status()>& fn, Device device, const Setting
 }
 
 // Realistic data for timing (docs/flashmla_baseline.md: "use the test recipe's random data"): every
-// index valid, no NaN-poisoned rows, no empty queries, no sinks or lengths, contiguous tensors.
+// index valid, no NaN-poisoned rows, no empty queries, no sinks or lengths, contiguous tensors;
+// the lists as FlashMLA's benchmarks draw them (its figures are the anchors): a prefill token's
+// slots distinct, a decode request's cache about s_kv tokens long on pages of its own, each
+// token's list distinct positions of its request (verify::DecodeRecipe::request_tokens).
 verify::PrefillRecipe prefill_recipe(const PrefillShape& p, uint64_t seed) {
   verify::PrefillRecipe r;
   r.s_q = p.s_q;
@@ -82,6 +85,7 @@ verify::PrefillRecipe prefill_recipe(const PrefillShape& p, uint64_t seed) {
   r.topk = p.topk;
   r.attn_sink = r.topk_length = r.padded_strides = false;
   r.invalid_indices = r.empty_queries = r.poison_unused_rows = false;
+  r.distinct_indices = true;
   r.seed = seed;
   return r;
 }
@@ -96,16 +100,14 @@ verify::DecodeRecipe decode_recipe(const DecodeShape& d, uint64_t seed) {
   r.d_qk = d.format == KvCacheFormat::kBf16 ? d.d_qk() : 0;
   r.kv_layout = d.kv_layout;
   r.page_block_size = d.page_block_size;
-  // The cache holds s_kv tokens per request; indices are drawn over all of it.
-  r.num_blocks = (d.b * d.s_kv + d.page_block_size - 1) / d.page_block_size;
+  r.request_tokens = d.s_kv;
   r.extra_cache = d.has_extra;
   if (d.has_extra) {
     r.extra_format = d.extra_format;
     r.extra_kv_layout = d.extra_kv_layout;
     r.extra_topk = d.extra_topk;
     r.extra_page_block_size = d.extra_page_block_size;
-    r.extra_num_blocks =
-        (d.b * d.extra_s_kv + d.extra_page_block_size - 1) / d.extra_page_block_size;
+    r.extra_request_tokens = d.extra_s_kv;
   }
   r.shared_indices = d.shared_indices;
   r.topk_length = r.attn_sink = r.extra_topk_length = r.padded_strides = false;
@@ -192,13 +194,13 @@ void run_case(const Settings& s, Device device, const RunOptions& options, CaseR
   try {
     run_case_unguarded(s, device, options, r);
   } catch (const std::bad_alloc&) {
-    const CaseBytes need = case_bytes(r->run, device.is_cuda());
+    const CaseBytes need = case_bytes(r->run, s.seed, device.is_cuda());
     r->error = "out of host memory making or checking the case (its tensors need about " +
                std::to_string(static_cast<int64_t>(need.host)) + " bytes)";
   }
 }
 
-CaseBytes case_bytes(const BenchCase& c, bool on_cuda) {
+CaseBytes case_bytes(const BenchCase& c, uint64_t seed, bool on_cuda) {
   auto d = [](int64_t v) { return static_cast<double>(v); };
   double inputs = 0, outputs = 0;
   if (c.op == Operation::kSparsePrefill) {
@@ -209,16 +211,15 @@ CaseBytes case_bytes(const BenchCase& c, bool on_cuda) {
   } else {
     const DecodeShape& s = c.decode;
     const int d_qk = s.d_qk();
-    auto cache = [&](KvCacheFormat format, KvLayout layout, int64_t tokens, int64_t page) {
-      const int64_t blocks = (tokens + page - 1) / page;
-      return d(blocks) * d(kv_cache_min_block_stride(format, page, d_qk, layout));
+    const verify::DecodeCacheBlocks blocks = verify::decode_cache_blocks(decode_recipe(s, seed));
+    auto cache = [&](KvCacheFormat format, KvLayout layout, int64_t num_blocks, int64_t page) {
+      return d(num_blocks) * d(kv_cache_min_block_stride(format, page, d_qk, layout));
     };
     const double queries = d(s.b) * d(s.s_q);
     inputs = queries * d(s.h_q) * d_qk * 2 +
-             cache(s.format, s.kv_layout, s.b * s.s_kv, s.page_block_size) +
-             queries * d(s.topk) * 4;
+             cache(s.format, s.kv_layout, blocks.main, s.page_block_size) + queries * d(s.topk) * 4;
     if (s.has_extra) {
-      inputs += cache(s.extra(), s.extra_kv_layout, s.b * s.extra_s_kv, s.extra_page_block_size) +
+      inputs += cache(s.extra(), s.extra_kv_layout, blocks.extra, s.extra_page_block_size) +
                 queries * d(s.extra_topk) * 4;
     }
     outputs = queries * d(s.h_q) * (512 * 2 + 4);
@@ -231,8 +232,8 @@ CaseBytes case_bytes(const BenchCase& c, bool on_cuda) {
   return b;
 }
 
-Status check_case_fits(const BenchCase& c, Device device) {
-  const CaseBytes need = case_bytes(c, device.is_cuda());
+Status check_case_fits(const BenchCase& c, uint64_t seed, Device device) {
+  const CaseBytes need = case_bytes(c, seed, device.is_cuda());
   const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
   const double host = pages > 0 && page_size > 0 ? static_cast<double>(pages) * page_size : 0;
   auto text = [](double bytes) {

@@ -22,10 +22,11 @@ struct CaseBytes {
   double host = 0;    // test data, outputs fetched back, the reference's outputs
   double device = 0;  // CUDA: inputs and outputs on the device (0 on the CPU)
 };
-CaseBytes case_bytes(const BenchCase& c, bool on_cuda);
+// `seed`: the case's data seed, which sizes a decode case's caches (its requests' lengths).
+CaseBytes case_bytes(const BenchCase& c, uint64_t seed, bool on_cuda);
 
 // Refuses a case whose tensors cannot fit this machine (host memory, or the device's), naming
 // the bytes needed: better than an allocation failure halfway through a run.
-Status check_case_fits(const BenchCase& c, Device device);
+Status check_case_fits(const BenchCase& c, uint64_t seed, Device device);
 
 }  // namespace sparse_mla::cli::bench

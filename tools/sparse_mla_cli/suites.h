@@ -33,7 +33,7 @@ struct DecodeShape {
   KvCacheFormat format = KvCacheFormat::kV32Fp8;
   KvLayout kv_layout = KvLayout::kDefault;  // kDefault: the format's own
   int64_t page_block_size = 0;
-  int64_t s_kv = 0;  // cache tokens per request: the cache holds b * s_kv tokens
+  int64_t s_kv = 0;  // mean cache tokens per request (verify::DecodeRecipe::request_tokens)
   bool has_extra = false;
   std::optional<KvCacheFormat> extra_format;      // nullopt: the main cache's
   KvLayout extra_kv_layout = KvLayout::kDefault;  // kDefault: the extra format's own

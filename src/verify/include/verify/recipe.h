@@ -27,6 +27,10 @@ struct PrefillRecipe {
   bool invalid_indices = true;  // mix in every kind of invalid index
   bool empty_queries = true;    // some queries with no valid slot at all
   bool poison_unused_rows = true;
+  // Each list's entries distinct slots, as FlashMLA's prefill benchmark draws them (-1 past s_kv
+  // where topk > s_kv); needs invalid_indices and empty_queries off. Else slots are drawn with
+  // repeats.
+  bool distinct_indices = false;
   float sm_scale = 0.0f;  // 0 = d_qk ** -0.5
   uint64_t seed = 1;
 };
@@ -58,6 +62,14 @@ struct DecodeRecipe {
   // tokens of one request share most of their rows, as in real traffic; 0 = independent lists.
   // In [0, 1]; queries drawn empty stay empty.
   double shared_indices = 0.0;
+  // > 0: the lists of FlashMLA's decode benchmark. Request i's cache holds
+  // max(round(N(request_tokens, request_tokens / 2)), s_q) tokens on pages of its own: every
+  // request gets the longest length's pages (rounded up to 4 pages), a random share of one pool of
+  // b x that many pages (num_blocks must be 0). Each token's list is topk distinct positions of its
+  // request in random order (-1 past a shorter request's positions), as slots. Needs
+  // invalid_indices and empty_queries off. extra_request_tokens: the same for the extra cache.
+  int64_t request_tokens = 0;
+  int64_t extra_request_tokens = 0;
   std::optional<float> softmax_scale;
   uint64_t seed = 1;
 };
@@ -101,6 +113,13 @@ struct DecodeCase {
 
 Status make_prefill_case(const PrefillRecipe& recipe, PrefillCase* out);
 Status make_decode_case(const DecodeRecipe& recipe, DecodeCase* out);
+
+// The page blocks of a decode case's caches (extra 0 without one), as make_decode_case sizes
+// them, known before it runs: a tool checks that a case fits.
+struct DecodeCacheBlocks {
+  int64_t main = 0, extra = 0;
+};
+DecodeCacheBlocks decode_cache_blocks(const DecodeRecipe& recipe);
 
 // A copy of a case's inputs on a CUDA device, same strides; args() points at device memory.
 struct DevicePrefillInputs {
