@@ -5,7 +5,10 @@ Each row of docs/flashmla_baseline.md's decode table (V3.2 h_q 128 topk 2048 at 
 V4 h_q 64 topk 128 + 512 extra and h_q 128 topk 128 + 1024 extra at b 2 / 64 / 128 / 256; s_q 2)
 and the tensor-parallel shards of ../shared/PERFORMANCE.md (V4 h_q 16 / 32 with 1024 extra at b
 128 s_q 2; V4 h_q 8 / 16 with 512 extra at s_q 1, b 1 / 12 / 64 / 128, against FlashMLA padded to
-64 heads) is timed three ways, the call's holder filled first (a decode step's later layers):
+64 heads) is timed three ways, the call's holder filled first (a decode step's later layers).
+The inputs are shaped as FlashMLA's own benchmark makes them (``flashmla_cases.py``: each
+request's cache length about s_k = 16384 tokens on pages of its own, each token's list distinct
+positions of its request, full lists), so the times compare with FlashMLA's figures:
 
 - **isolated call**: ``host_time.time_isolated`` (synchronise, then the Python call: host wall;
   a sleep kernel, then CUDA events around the same call: device time; their sum);
@@ -36,24 +39,30 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import host_time  # noqa: E402  (decode_inputs, flash_mla_decode_call)
+import flashmla_cases  # noqa: E402  (decode_inputs)
+import host_time  # noqa: E402  (flash_mla_decode_call)
 from prefill_calls import engine_timings, row_line, row_options, run_rows  # noqa: E402
 
 import sparse_mla  # noqa: E402
 import sparse_mla.flash_mla as smla_flash_mla  # noqa: E402
 
 
+# Tokens per request of each cache, as the CLI's decode suites (tools/sparse_mla_cli/suites.cpp,
+# kDecodeCacheTokens: FlashMLA's V4 rows use s_k 16384; its V3.2 table names none).
+S_K = 16384
+
+
 def _v32(b: int, flashmla: float) -> Dict:
-    return dict(fmt="v32_fp8", b=b, s_q=2, h_q=128, topk=2048, page=64, extra=None,
+    return dict(fmt="v32_fp8", b=b, s_q=2, h_q=128, topk=2048, page=64, extra=None, s_k=S_K,
                 flashmla=flashmla)
 
 
 def _v4(h_q: int, b: int, extra_topk: int, flashmla: float, s_q: int = 2) -> Dict:
     return dict(fmt="v4_fp8", b=b, s_q=s_q, h_q=h_q, topk=128, page=256, extra=(extra_topk, 64),
-                flashmla=flashmla)
+                s_k=S_K, flashmla=flashmla)
 
 
-# name -> shapes (host_time.decode_inputs) and FlashMLA's H200 time in us
+# name -> shapes (flashmla_cases.decode_inputs) and FlashMLA's H200 time in us
 # (docs/flashmla_baseline.md; the shards: FlashMLA with q and sink zero-padded to 64 heads,
 # ../shared/PERFORMANCE.md).
 CASES = {
@@ -72,8 +81,9 @@ CASES = {
 
 
 def rewrite_inputs(a: Dict, shapes: Dict, seed: int) -> None:
-    """Other values in place: q, the caches' bytes and the index lists (lengths unchanged)."""
-    fresh = host_time.decode_inputs(shapes, str(a["q"].device), seed=seed)
+    """Other values in place: q, the caches' bytes and the index lists (the requests' lengths
+    and pages unchanged, so the tensors keep their shapes)."""
+    fresh = flashmla_cases.decode_inputs(shapes, str(a["q"].device), seed=seed)
     for name in ("q", "kv_cache", "indices", "extra_kv_cache", "extra_indices"):
         if name in a:
             a[name].copy_(fresh[name])
@@ -87,7 +97,7 @@ def planned_kernel(a: Dict) -> str:
 
 def decode_row(opts: argparse.Namespace, name: str, case: Dict) -> Tuple[Dict, str]:
     shapes = {k: v for k, v in case.items() if k != "flashmla"}
-    a = host_time.decode_inputs(shapes, "cuda")
+    a = flashmla_cases.decode_inputs(shapes, "cuda")
     call = host_time.flash_mla_decode_call(smla_flash_mla, a)
     kernel = planned_kernel(a)
 

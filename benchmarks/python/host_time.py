@@ -131,7 +131,7 @@ def flash_mla_decode_call(module, a: Dict) -> Callable[[], object]:
         return module.flash_mla_with_kvcache(
             a["q"], a["kv_cache"], None, None, 512, meta, is_fp8_kvcache=True,
             indices=a["indices"], attn_sink=a["attn_sink"], extra_k_cache=a.get("extra_kv_cache"),
-            extra_indices_in_kvcache=a.get("extra_indices"), topk_length=a["topk_length"],
+            extra_indices_in_kvcache=a.get("extra_indices"), topk_length=a.get("topk_length"),
             extra_topk_length=a.get("extra_topk_length"))
     call()  # fills the holder (plan + schedule)
     return call

@@ -13,7 +13,8 @@ shards of V4 at 64K) is timed three ways:
   flush, so no host time shows): what ``sparse-mla bench`` measures, through the Python package.
 
 Medians over ``--runs`` calls, microseconds. FlashMLA's H200 time of the row (its own benchmark,
-L2 flushed; docs/flashmla_baseline.md) is the anchor.
+L2 flushed; docs/flashmla_baseline.md) is the anchor; the inputs are shaped as its benchmark
+makes them (``flashmla_cases.py``: each token's slots distinct).
 
     python benchmarks/python/prefill_calls.py --json out.json [--runs 30] [--cases a,b]
 """
@@ -29,7 +30,8 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import host_time  # noqa: E402  (time_isolated, prefill_inputs, write_json)
+import flashmla_cases  # noqa: E402  (prefill_inputs)
+import host_time  # noqa: E402  (time_isolated, write_json)
 import sparse_mla.flash_mla as smla_flash_mla  # noqa: E402
 
 # name -> shapes and FlashMLA's H200 time (us, docs/flashmla_baseline.md; the 16 / 32-head rows:
@@ -150,7 +152,7 @@ def run_rows(opts: argparse.Namespace, api: str, script: str,
 
 def prefill_row(opts: argparse.Namespace, name: str, case: Dict) -> Tuple[Dict, str]:
     shapes = dict(s_q=S_Q, **{k: v for k, v in case.items() if k != "flashmla"})
-    a = host_time.prefill_inputs(shapes, "cuda")
+    a = flashmla_cases.prefill_inputs(shapes, "cuda")
     call = host_time.prefill_call(smla_flash_mla, a)
     t = engine_timings(call, opts, case["flashmla"],
                        lambda graph, captured: dict(
