@@ -51,11 +51,22 @@ int64_t estimated_part_cost(int64_t num_queries, int64_t bound_blocks, int32_t r
 DecodePartCount choose_decode_part_count(int64_t num_queries, int64_t bound_blocks,
                                          int32_t resident_slots) {
   const DecodePartCount plain{resident_slots, 0, resident_slots};
-  if (num_queries < 1 || bound_blocks < 1 || resident_slots < 1 || num_queries >= resident_slots) {
-    return plain;
-  }
-  const int64_t total = num_queries * (kQueryOverheadBlocks + bound_blocks);
+  if (num_queries < 1 || bound_blocks < 1 || resident_slots < 1) return plain;
+  const int64_t query_units = kQueryOverheadBlocks + bound_blocks;
+  const int64_t total = num_queries * query_units;
   const int64_t plain_units = ceil_div(total, resident_slots);
+  if (num_queries >= resident_slots) {
+    // Whole queries per part where that costs no more by the estimate: no query is split, so no
+    // fp32 partials are written and read back and the combine has nothing to merge.
+    const int64_t whole_units = ceil_div(plain_units, query_units) * query_units;
+    if (whole_units == plain_units ||
+        estimated_part_cost(num_queries, bound_blocks, resident_slots, whole_units) >
+            estimated_part_cost(num_queries, bound_blocks, resident_slots, plain_units)) {
+      return plain;
+    }
+    const auto parts = static_cast<int32_t>(ceil_div(total, whole_units));
+    return {parts, whole_units, parts};
+  }
   if (plain_units > kMaxSearchedUnits) return plain;
   int64_t best_units = plain_units;
   int64_t best_cost = estimated_part_cost(num_queries, bound_blocks, resident_slots, plain_units);

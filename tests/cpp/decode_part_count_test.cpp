@@ -107,10 +107,10 @@ TEST(DecodePartCount, KeepsThePlainCountWhereItHasNothingToGain) {
   auto same = [&](const DecodePartCount& c) {
     return c.num_parts == plain.num_parts && c.min_units == plain.min_units;
   };
-  EXPECT_TRUE(same(choose_decode_part_count(132, 10, 132)));  // a query or more per part
-  EXPECT_TRUE(same(choose_decode_part_count(500, 3, 132)));
-  EXPECT_TRUE(same(choose_decode_part_count(1, 10, 132)));    // 1 unit per part already
-  EXPECT_TRUE(same(choose_decode_part_count(64, 256, 132)));  // 127 units: past the search
+  EXPECT_TRUE(same(choose_decode_part_count(132, 10, 132)));   // a query per part already
+  EXPECT_TRUE(same(choose_decode_part_count(133, 100, 132)));  // two whole queries: 2x the part
+  EXPECT_TRUE(same(choose_decode_part_count(1, 10, 132)));     // 1 unit per part already
+  EXPECT_TRUE(same(choose_decode_part_count(64, 256, 132)));   // 127 units: past the search
   EXPECT_TRUE(same(choose_decode_part_count(0, 10, 132)));
   EXPECT_TRUE(same(choose_decode_part_count(5, 0, 132)));  // no blocks
 }
@@ -148,6 +148,71 @@ TEST(DecodePartCount, RandomShapesBuildTheEstimatedScheduleAndNeverLose) {
     EXPECT_LT(chosen_cost, plain_cost);
     if (HasFailure()) return;
   }
+}
+
+// The Hopper decode's rows (one CTA per SM, 66 slots per head group at 65..128 heads, 132 at 64):
+// where the default's parts cut queries, whole queries per part tie in the estimate and are
+// taken; where whole queries would leave one part much longer (the b 148 topk 16384 rows), the
+// default stays.
+TEST(DecodePartCount, WholeQueriesWhereTheyCostNothing) {
+  struct Row {
+    int64_t queries, bound_blocks;
+    int32_t slots, parts;
+    int64_t min_units;
+  };
+  for (const Row& row : {Row{128, 32, 66, 64, 74},    // V3.2 h128 b 64 (56 queries were split)
+                         Row{256, 32, 66, 64, 148},   // V3.2 h128 b 128
+                         Row{128, 18, 66, 64, 46},    // V4 h128 128 + 1024 b 64
+                         Row{512, 18, 66, 64, 184},   // V4 h128 b 256
+                         Row{512, 10, 132, 128, 60},  // V4 h64 128 + 512 b 256
+                         Row{500, 3, 132, 125, 32},   // 33 split queries at the same slowest part
+                         Row{256, 10, 132, 132, 0},   // V4 h64 b 128: the default is whole already
+                         Row{296, 256, 66, 66, 0},    // V3.2 h128 b 148 topk 16384
+                         Row{296, 256, 132, 132, 0}}) {
+    SCOPED_TRACE("queries " + std::to_string(row.queries) + ", blocks " +
+                 std::to_string(row.bound_blocks) + ", slots " + std::to_string(row.slots));
+    const DecodePartCount chosen =
+        choose_decode_part_count(row.queries, row.bound_blocks, row.slots);
+    EXPECT_EQ(chosen.num_parts, row.parts);
+    EXPECT_EQ(chosen.min_units, row.min_units);
+  }
+}
+
+// Random shapes with a query per slot or more: the choice is the default or whole queries; whole
+// queries build a schedule with no split query (full lists), no more parts than slots, and no
+// higher estimate than the default.
+TEST(DecodePartCount, RandomShapesOfManyQueriesSplitNothingOrKeepTheDefault) {
+  std::mt19937 rng(20261208);
+  int whole = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int32_t slots = std::uniform_int_distribution<int32_t>(1, 300)(rng);
+    const int64_t num_queries = std::uniform_int_distribution<int64_t>(slots, 8 * slots)(rng);
+    const int64_t bound_blocks = std::uniform_int_distribution<int64_t>(1, 300)(rng);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": queries " + std::to_string(num_queries) +
+                 ", blocks " + std::to_string(bound_blocks) + ", slots " + std::to_string(slots));
+    const DecodePartCount chosen = choose_decode_part_count(num_queries, bound_blocks, slots);
+    const int64_t plain = plain_units(num_queries, bound_blocks, slots);
+    if (chosen.min_units == 0) {
+      EXPECT_EQ(chosen.num_parts, slots);
+      continue;
+    }
+    ++whole;
+    const int64_t query_units = kQueryOverheadBlocks + bound_blocks;
+    EXPECT_EQ(chosen.min_units % query_units, 0);
+    EXPECT_GT(chosen.min_units, plain);
+    EXPECT_LE(chosen.num_parts, slots);
+    EXPECT_EQ(chosen.working_parts, chosen.num_parts);
+    EXPECT_LE(estimated_part_cost(num_queries, bound_blocks, slots, chosen.min_units),
+              estimated_part_cost(num_queries, bound_blocks, slots, plain));
+    std::vector<int32_t> blocks(num_queries, static_cast<int32_t>(bound_blocks));
+    std::vector<DecodePartSchedule> parts(chosen.num_parts);
+    std::vector<int32_t> split_offsets(num_queries + 1);
+    build_decode_schedule(blocks.data(), static_cast<int32_t>(num_queries), chosen.num_parts,
+                          chosen.min_units, parts.data(), split_offsets.data());
+    EXPECT_EQ(split_offsets[num_queries], 0);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(whole, 100);  // the rule is not a corner case
 }
 
 }  // namespace
