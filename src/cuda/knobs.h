@@ -29,8 +29,9 @@
 //   SMLA_COMBINE_COLUMN_SLICES   1 | 4    warps per head in the split combine (split_combine.cu)
 //   SMLA_COMBINE_PIECE_GROUPS    1 | 8    warps that share a query's pieces per column slice of
 //                                         the split combine (8 implies 4 slices; split_combine.cu)
-//   SMLA_DECODE_NUM_PARTS        1..2^20  parts of an unpaired decode launch
-//                                         (decode_launch_policy.cpp)
+//   SMLA_DECODE_NUM_PARTS        1..2^20  parts of an unpaired decode launch, the Hopper
+//                                         decode's too, on the plain cost line
+//                                         (decode_launch_policy.cpp, kernel_tables.cpp)
 //   SMLA_DEVICE_SMEM_OPTIN       1..2^30  caps the shared memory per block that the tile choice
 //                                         sees (kernel_tables.cpp): a larger GPU then runs the
 //                                         tiles of a smaller one, e.g. 166912 (A100) or 101376
