@@ -27,6 +27,7 @@
 #include "cuda/runtime/device_guard.h"
 #include "cuda/runtime/device_limits.h"
 #include "cuda/tile_choice.h"
+#include "planning/decode_schedule_builder.h"
 #include "planning/decode_workspace.h"
 #include "planning/index_union.h"
 
@@ -359,11 +360,11 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
   // Planner and split kernel stay ordinary launches: the combine (a programmatic dependent of
   // the split kernel) reads the planner's split_offsets before its grid-dependency wait, which
   // is safe only while the planner has completed before the split kernel starts.
+  // The plan keeps the part count; the floor of units per part follows from the same problem.
+  // A plan whose count the shape does not give (the part-count knob changed in between) runs the
+  // plain cost line.
+  const int64_t min_units = shape.num_parts == num_parts ? shape.min_units : 0;
   if (schedule == DecodeSchedule::kBuild) {
-    // The plan keeps the part count; the floor of units per part follows from the same problem.
-    // A plan whose count the shape does not give (the part-count knob changed in between) runs
-    // the plain cost line.
-    const int64_t min_units = shape.num_parts == num_parts ? shape.min_units : 0;
     SMLA_RETURN_IF_ERROR(
         cuda::launch_decode_planner(params, num_parts, min_units, block_keys, workspace, stream));
   }
@@ -378,6 +379,17 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
   launch.pair_head_groups = shape.clusters > 0;
   launch.index_union = over_union;
   SMLA_RETURN_IF_ERROR(launch_kernel(launch, stream));
+  // Without lengths tensors every list is full and the host knows the schedule: where it splits
+  // no query, the combine would only launch CTAs that exit, so it is not launched. (An index
+  // union's lengths are the device's.)
+  const SparseDecodeProblem& p = params.problem;
+  const bool full_lists = !p.has_topk_length && !(p.has_extra && p.has_extra_topk_length);
+  if (over_union.heads_per_token == 0 && full_lists &&
+      planning::full_lists_split_nothing(
+          num_queries, planning::query_blocks(p.topk, p.has_extra ? p.extra_topk : 0, block_keys),
+          num_parts, min_units)) {
+    return {};
+  }
   return cuda::launch_split_combine(params, num_parts, workspace, stream,
                                     over_union.heads_per_token);
 }

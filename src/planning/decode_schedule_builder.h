@@ -33,6 +33,17 @@ SMLA_HOST_DEVICE inline int64_t units_per_part(int64_t total_cost, int32_t num_p
   return share > min_units ? share : min_units;
 }
 
+// True when the schedule of `num_queries` queries of `blocks` blocks each (every list full: no
+// lengths tensor) splits no query: each part's units are a whole number of queries' units, so
+// every part boundary falls between two queries. The split kernel then writes every out and lse
+// itself and a combine has nothing to merge.
+SMLA_HOST_DEVICE inline bool full_lists_split_nothing(int64_t num_queries, int32_t blocks,
+                                                      int32_t num_parts, int64_t min_units) {
+  if (num_queries <= 0) return true;
+  const int64_t query_units = query_cost(blocks);
+  return units_per_part(num_queries * query_units, num_parts, min_units) % query_units == 0;
+}
+
 // Where one query lies on the cost line and which parts process it.
 struct QueryPieces {
   int64_t block0_position;  // position of block 0 (C_q + overhead)

@@ -228,6 +228,41 @@ TEST(DecodeSchedule, FloorOfUnitsKeepsPartsWhereFullListsPutThem) {
   }
 }
 
+// full_lists_split_nothing (the run then launches no combine) is never wrong: where it says so,
+// the schedule of full lists has no split query; and it says so for whole queries per part.
+TEST(DecodeSchedule, FullListsSplitNothingOnlyWhereNoQueryIsSplit) {
+  std::mt19937 rng(1208);
+  int said = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int32_t num_queries = std::uniform_int_distribution<int32_t>(0, 600)(rng);
+    const int32_t blocks = std::uniform_int_distribution<int32_t>(1, 70)(rng);
+    const int32_t num_parts = std::uniform_int_distribution<int32_t>(1, 300)(rng);
+    const int64_t query_units = query_cost(blocks);
+    // No floor, a floor of whole queries, or any floor.
+    const int64_t min_units = trial % 3 == 0 ? 0
+                              : trial % 3 == 1
+                                  ? query_units * std::uniform_int_distribution<int64_t>(1, 4)(rng)
+                                  : std::uniform_int_distribution<int64_t>(1, 3 * query_units)(rng);
+    const int64_t total = int64_t{num_queries} * query_units;
+    // The builder's invariant: the parts hold every unit (decode_part_count.cpp sizes them so).
+    if (min_units > 0 && (total + min_units - 1) / min_units > num_parts) continue;
+    std::vector<int32_t> lists(num_queries, blocks);
+    std::vector<DecodePartSchedule> parts(num_parts);
+    std::vector<int32_t> split_offsets(num_queries + 1);
+    build_decode_schedule(lists.data(), num_queries, num_parts, min_units, parts.data(),
+                          split_offsets.data());
+    const bool nothing = full_lists_split_nothing(num_queries, blocks, num_parts, min_units);
+    if (nothing) {
+      ++said;
+      ASSERT_EQ(split_offsets[num_queries], 0)
+          << "trial " << trial << ": " << num_queries << " queries of " << blocks << " blocks, "
+          << num_parts << " parts, floor " << min_units;
+    }
+    if (min_units > 0 && min_units % query_units == 0) EXPECT_TRUE(nothing) << trial;
+  }
+  EXPECT_GT(said, 500);
+}
+
 TEST(DecodeWorkspaceLayout, RegionsAreAlignedDisjointAndLargeEnough) {
   for (int64_t num_queries : {int64_t{0}, int64_t{1}, int64_t{2568}}) {
     for (int64_t num_parts : {int64_t{1}, int64_t{132}}) {
