@@ -63,20 +63,22 @@ int paired_clusters(const SparseDecodeProblem& problem, const DecodeTileSet& til
   return tiles.pair_clusters(i);
 }
 
-// planning::choose_decode_part_count, remembered per (queries, bound blocks, slots): the search
-// takes up to ~40 µs of host time (121 queries of 59 blocks on 132 slots), and the PyTorch
+// planning::choose_decode_part_count, remembered per (queries, bound blocks, slots, full): the
+// search takes up to ~40 µs of host time (121 queries of 59 blocks on 132 slots), and the PyTorch
 // package plans every layer's call. A map of at most kMaxRemembered shapes, cleared when full.
-planning::DecodePartCount part_count_of(int64_t num_queries, int64_t bound_blocks, int32_t slots) {
+planning::DecodePartCount part_count_of(int64_t num_queries, int64_t bound_blocks, int32_t slots,
+                                        bool lists_full) {
   constexpr size_t kMaxRemembered = 4096;
   static std::mutex mutex;
-  static std::map<std::tuple<int64_t, int64_t, int32_t>, planning::DecodePartCount> remembered;
-  const auto key = std::make_tuple(num_queries, bound_blocks, slots);
+  static std::map<std::tuple<int64_t, int64_t, int32_t, bool>, planning::DecodePartCount>
+      remembered;
+  const auto key = std::make_tuple(num_queries, bound_blocks, slots, lists_full);
   {
     const std::lock_guard<std::mutex> lock(mutex);
     if (const auto it = remembered.find(key); it != remembered.end()) return it->second;
   }
   const planning::DecodePartCount count =
-      planning::choose_decode_part_count(num_queries, bound_blocks, slots);
+      planning::choose_decode_part_count(num_queries, bound_blocks, slots, lists_full);
   const std::lock_guard<std::mutex> lock(mutex);
   if (remembered.size() >= kMaxRemembered) remembered.clear();
   remembered.emplace(key, count);
@@ -115,8 +117,8 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
   if (shape->clusters > 0 || shape->ctas_per_sm <= 2) {
     const int64_t bound_blocks = planning::query_blocks(
         problem.topk, problem.has_extra ? problem.extra_topk : 0, tile.block_keys);
-    const planning::DecodePartCount count =
-        part_count_of(problem.b * problem.s_q, bound_blocks, shape->num_parts);
+    const planning::DecodePartCount count = part_count_of(
+        problem.b * problem.s_q, bound_blocks, shape->num_parts, decode_lists_full(problem));
     shape->num_parts = count.num_parts;
     shape->min_units = count.min_units;
     shape->working_parts = count.working_parts;
@@ -221,6 +223,10 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
   return decode_launch_shape(problem, limits, tiles, knobs, *split, shape);
 }
 
+bool decode_lists_full(const SparseDecodeProblem& problem) {
+  return !problem.has_topk_length && !(problem.has_extra && problem.has_extra_topk_length);
+}
+
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
                                               const DeviceLimits& limits, int rows,
                                               int block_keys) {
@@ -231,7 +237,7 @@ DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem
   const int64_t bound_blocks =
       planning::query_blocks(problem.topk, problem.has_extra ? problem.extra_topk : 0, block_keys);
   const planning::DecodePartCount count =
-      part_count_of(problem.b * problem.s_q, bound_blocks, slots);
+      part_count_of(problem.b * problem.s_q, bound_blocks, slots, decode_lists_full(problem));
   shape.num_parts = count.num_parts;
   shape.min_units = count.min_units;
   shape.working_parts = count.working_parts;

@@ -94,6 +94,12 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
                             const DecodeTileSet& tiles, const DecodeKnobs& knobs, size_t tile,
                             DecodeLaunchShape* shape);
 
+// Whether every list of the call is full: no topk_length tensor, and none for an extra cache.
+// Every query then has the same blocks and the host knows the planner's schedule (the part
+// count's whole-query parts, decode_part_count.h; the combine skipped where no query is split,
+// kernel_tables.cpp).
+bool decode_lists_full(const SparseDecodeProblem& problem);
+
 // The launch of a kernel that runs one CTA of `rows` heads per part and head group on every SM
 // (the Hopper decode, sm90a/sparse_decode): head groups of `rows`, and the part-count rule for
 // full lists (planning/decode_part_count.h) over sm_count / head groups slots; `tile` unused.

@@ -383,8 +383,7 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
   // no query, the combine would only launch CTAs that exit, so it is not launched. (An index
   // union's lengths are the device's.)
   const SparseDecodeProblem& p = params.problem;
-  const bool full_lists = !p.has_topk_length && !(p.has_extra && p.has_extra_topk_length);
-  if (over_union.heads_per_token == 0 && full_lists &&
+  if (over_union.heads_per_token == 0 && cuda::decode_lists_full(p) &&
       planning::full_lists_split_nothing(
           num_queries, planning::query_blocks(p.topk, p.has_extra ? p.extra_topk : 0, block_keys),
           num_parts, min_units)) {

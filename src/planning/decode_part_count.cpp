@@ -49,7 +49,7 @@ int64_t estimated_part_cost(int64_t num_queries, int64_t bound_blocks, int32_t r
 }
 
 DecodePartCount choose_decode_part_count(int64_t num_queries, int64_t bound_blocks,
-                                         int32_t resident_slots) {
+                                         int32_t resident_slots, bool lists_full) {
   const DecodePartCount plain{resident_slots, 0, resident_slots};
   if (num_queries < 1 || bound_blocks < 1 || resident_slots < 1) return plain;
   const int64_t query_units = kQueryOverheadBlocks + bound_blocks;
@@ -58,6 +58,7 @@ DecodePartCount choose_decode_part_count(int64_t num_queries, int64_t bound_bloc
   if (num_queries >= resident_slots) {
     // Whole queries per part where that costs no more by the estimate: no query is split, so no
     // fp32 partials are written and read back and the combine has nothing to merge.
+    if (!lists_full) return plain;
     const int64_t whole_units = ceil_div(plain_units, query_units) * query_units;
     if (whole_units == plain_units ||
         estimated_part_cost(num_queries, bound_blocks, resident_slots, whole_units) >

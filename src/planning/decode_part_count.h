@@ -37,7 +37,8 @@ struct DecodePartCount {
 // store (and the combine's read of it). 1 fits the measured b = 12 / 64 / 128 V4 rows.
 inline constexpr int kPieceCostBlocks = 1;
 
-// With as many queries as resident slots or more, the one candidate is whole queries per part
+// With as many queries as resident slots or more and full lists, the one candidate is whole
+// queries per part
 // (P the default's rounded up to a multiple of a query's units; fewer parts than slots), taken
 // where the estimate does not rise: the default's P cuts most queries in two at V3.2 and V4 b
 // 64-256 (49-81 per head group at 64-128 heads), each piece of which writes fp32 partials that the
@@ -47,9 +48,13 @@ inline constexpr int kPieceCostBlocks = 1;
 inline constexpr int64_t kMaxSearchedUnits = 64;
 
 // num_queries = b * s_q, bound_blocks = blocks of one query with full main and extra lists,
-// resident_slots = parts the device runs at once (resident CTAs per head group, or clusters).
+// resident_slots = parts the device runs at once (resident CTAs per head group, or clusters),
+// lists_full = the call has no lengths tensors, so every list is full and the layout here is the
+// planner's. Whole queries per part only with lists_full: shorter lists under a whole-query floor
+// leave half the parts empty and the slowest part near its full-list size (V3.2 h128 b 64 at 8
+// of 32 blocks: 48 blocks against the plain line's 16), where the plain line rebalances.
 DecodePartCount choose_decode_part_count(int64_t num_queries, int64_t bound_blocks,
-                                         int32_t resident_slots);
+                                         int32_t resident_slots, bool lists_full = false);
 
 // The estimate above for units-per-part `units` (tests print it).
 int64_t estimated_part_cost(int64_t num_queries, int64_t bound_blocks, int32_t resident_slots,

@@ -150,10 +150,10 @@ TEST(DecodePartCount, RandomShapesBuildTheEstimatedScheduleAndNeverLose) {
   }
 }
 
-// The Hopper decode's rows (one CTA per SM, 66 slots per head group at 65..128 heads, 132 at 64):
-// where the default's parts cut queries, whole queries per part tie in the estimate and are
-// taken; where whole queries would leave one part much longer (the b 148 topk 16384 rows), the
-// default stays.
+// The Hopper decode's rows (one CTA per SM, 66 slots per head group at 65..128 heads, 132 at 64)
+// with full lists: where the default's parts cut queries, whole queries per part tie in the
+// estimate and are taken; where whole queries would leave one part much longer (the b 148 topk
+// 16384 rows), the default stays. With lengths tensors the default always stays.
 TEST(DecodePartCount, WholeQueriesWhereTheyCostNothing) {
   struct Row {
     int64_t queries, bound_blocks;
@@ -172,14 +172,19 @@ TEST(DecodePartCount, WholeQueriesWhereTheyCostNothing) {
     SCOPED_TRACE("queries " + std::to_string(row.queries) + ", blocks " +
                  std::to_string(row.bound_blocks) + ", slots " + std::to_string(row.slots));
     const DecodePartCount chosen =
-        choose_decode_part_count(row.queries, row.bound_blocks, row.slots);
+        choose_decode_part_count(row.queries, row.bound_blocks, row.slots, /*lists_full=*/true);
     EXPECT_EQ(chosen.num_parts, row.parts);
     EXPECT_EQ(chosen.min_units, row.min_units);
+    // With lengths tensors the planner sees shorter lists, which the plain line rebalances.
+    const DecodePartCount with_lengths =
+        choose_decode_part_count(row.queries, row.bound_blocks, row.slots, /*lists_full=*/false);
+    EXPECT_EQ(with_lengths.num_parts, row.slots);
+    EXPECT_EQ(with_lengths.min_units, 0);
   }
 }
 
-// Random shapes with a query per slot or more: the choice is the default or whole queries; whole
-// queries build a schedule with no split query (full lists), no more parts than slots, and no
+// Random shapes with a query per slot or more and full lists: the choice is the default or whole
+// queries; whole queries build a schedule with no split query, no more parts than slots, and no
 // higher estimate than the default.
 TEST(DecodePartCount, RandomShapesOfManyQueriesSplitNothingOrKeepTheDefault) {
   std::mt19937 rng(20261208);
@@ -190,7 +195,8 @@ TEST(DecodePartCount, RandomShapesOfManyQueriesSplitNothingOrKeepTheDefault) {
     const int64_t bound_blocks = std::uniform_int_distribution<int64_t>(1, 300)(rng);
     SCOPED_TRACE("trial " + std::to_string(trial) + ": queries " + std::to_string(num_queries) +
                  ", blocks " + std::to_string(bound_blocks) + ", slots " + std::to_string(slots));
-    const DecodePartCount chosen = choose_decode_part_count(num_queries, bound_blocks, slots);
+    const DecodePartCount chosen =
+        choose_decode_part_count(num_queries, bound_blocks, slots, /*lists_full=*/true);
     const int64_t plain = plain_units(num_queries, bound_blocks, slots);
     if (chosen.min_units == 0) {
       EXPECT_EQ(chosen.num_parts, slots);

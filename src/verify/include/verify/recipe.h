@@ -60,7 +60,8 @@ struct DecodeRecipe {
   // Draft tokens (MTP verification): each entry of a token s >= 1's index lists (main and extra)
   // is its request's token-0 entry at the same position with this probability, so the s_q
   // tokens of one request share most of their rows, as in real traffic; 0 = independent lists.
-  // In [0, 1]; queries drawn empty stay empty.
+  // In [0, 1]; queries drawn empty stay empty. A copied entry may repeat a slot the token already
+  // lists (request_tokens' lists then hold repeats), which counts once per occurrence (SPEC §3).
   double shared_indices = 0.0;
   // > 0: the lists of FlashMLA's decode benchmark. Request i's cache holds
   // max(round(N(request_tokens, request_tokens / 2)), s_q) tokens on pages of its own: every
