@@ -490,6 +490,7 @@ TEST(Cli, BenchIsolatedTimingReportsHostAndDeviceTimePerCall) {
   EXPECT_NE(run.cli.output.find("host/call"), std::string::npos) << run.cli.output;
   EXPECT_NE(run.cli.output.find("(wall)"), std::string::npos) << run.cli.output;
   EXPECT_EQ(run.json["timing"], "isolated");
+  EXPECT_EQ(run.json["index_lists"].get<std::string>().rfind("flashmla:", 0), 0u);
   const nlohmann::json& c = run.json["cases"][0];
   const nlohmann::json& t = c["isolated"];
   ASSERT_EQ(t["host_ms"].size(), 5u);

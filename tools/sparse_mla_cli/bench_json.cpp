@@ -142,6 +142,11 @@ Json run_json(const RunRecord& run) {
   j["backend"] = backend_name(run.backend);
   j["scale"] = s.scale;
   j["seed"] = s.seed;
+  // How the cases' index lists were drawn (bench_run.cpp prefill_recipe / decode_recipe), so that
+  // results from before FlashMLA's shape of lists are told apart from later ones.
+  j["index_lists"] =
+      "flashmla: distinct slots per prefill token; per decode request N(s_kv, s_kv/2) tokens on "
+      "pages of its own, distinct positions per token";
   j["verify_mode"] = s.verify;
   j["verify_gflop"] = s.verify_gflop;
   j["decode_schedule"] = s.decode_schedule;
