@@ -482,6 +482,33 @@ TEST_P(PortableDecode, ManyRequests) {
   check_case(r);
 }
 
+// Full lists (no lengths tensors) of a query per resident slot or more: where whole queries per
+// part cost nothing by the part-count rule the schedule splits no query and no combine is
+// launched (decode_part_count.h, kernel_tables.cpp run_split_decode); invalid entries and empty
+// queries still fill their lists' blocks. 72 heads (two 64-row head groups: 66 slots each on the
+// H200), 64 heads, 16 heads (the register-Q tile's two CTAs per SM) and an extra cache.
+TEST_P(PortableDecode, FullListsOfManyQueries) {
+  SMLA_SKIP_WITHOUT_GPU();
+  struct Shape {
+    int64_t b, s_q, h_q, topk, extra_topk;
+  };
+  for (const Shape& sh :
+       {Shape{140, 2, 72, 64, 0}, Shape{150, 1, 64, 48, 96}, Shape{100, 3, 16, 64, 32}}) {
+    verify::DecodeRecipe r = base();
+    r.b = sh.b;
+    r.s_q = sh.s_q;
+    r.h_q = sh.h_q;
+    r.topk = sh.topk;
+    r.topk_length = false;
+    r.extra_cache = sh.extra_topk > 0;
+    r.extra_topk = sh.extra_topk;
+    r.extra_topk_length = false;
+    r.extra_page_block_size = 64;
+    r.seed = 9000 + sh.h_q;
+    check_case(r);
+  }
+}
+
 // Long lists over few queries: every query split across many parts (combine path).
 TEST_P(PortableDecode, LongListsSplit) {
   SMLA_SKIP_WITHOUT_GPU();
