@@ -37,13 +37,12 @@ struct DecodePartCount {
 // store (and the combine's read of it). 1 fits the measured b = 12 / 64 / 128 V4 rows.
 inline constexpr int kPieceCostBlocks = 1;
 
-// With as many queries as resident slots or more and full lists, the one candidate is whole
-// queries per part
-// (P the default's rounded up to a multiple of a query's units; fewer parts than slots), taken
-// where the estimate does not rise: the default's P cuts most queries in two at V3.2 and V4 b
-// 64-256 (49-81 per head group at 64-128 heads), each piece of which writes fp32 partials that the
-// combine reads back, at the same slowest part (the estimate ties). Otherwise the default
-// (resident_slots parts, no floor) is kept when the default part holds more than kMaxSearchedUnits
+// With as many queries as resident slots or more (and full lists, below), the one candidate is
+// whole queries per part: P the default's rounded up to a multiple of a query's units (fewer parts
+// than slots), taken where the estimate does not rise. The default's P cuts most queries in two at
+// V3.2 and V4 b 64-256 (49-81 per head group at 64-128 heads), each piece writing fp32 partials
+// that the combine reads back, at the same slowest part (the estimate ties). With fewer queries the
+// default (resident_slots parts, no floor) is kept when its part holds more than kMaxSearchedUnits
 // units (long lists: one block of imbalance is a small fraction) or when no candidate is better.
 inline constexpr int64_t kMaxSearchedUnits = 64;
 
