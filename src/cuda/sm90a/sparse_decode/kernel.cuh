@@ -394,9 +394,9 @@ struct ConvertInScorer {
     convert_half<Traits, kStage, kHalf>(sm);
   }
 };
-// BOUND (wrong numbers): no conversion phase at all, the raw bytes scored as they landed.
 template <class Traits>
-using ScorerPrepare = NoPrepare;
+using ScorerPrepare =
+    std::conditional_t<Traits::kFormat == KvCacheFormat::kBf16, NoPrepare, ConvertInScorer<Traits>>;
 
 template <class Traits, bool kUnion>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
