@@ -137,7 +137,7 @@ template <class Traits>
 __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
                                               const CacheDividers& div, const Piece& w, int block,
                                               int32_t index) {
-  if (block >= w.end || true) return;  // BOUND: no gather, no prefetch
+  if (block >= w.end) return;
   const bool main = block < w.lists.blocks_main;
   bool valid;
   const decode::SlotRows src =
@@ -213,12 +213,11 @@ __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
     if (at.chunk == 0) {
       if (!kUnion && writes_flags) sm.valid[kStage][row] = valid ? 1 : 0;
       ptx::cp_async_ca_8(half_base + 8 * row, half_scale_source<Traits, kHalf>(src),
-                         0u);  // BOUND: no gather
+                         valid ? 8u : 0u);
     }
     const uint8_t* fp8 = src.data + 256 * kHalf;
     const uint32_t raw_row = raw + row * kRawPitch;
-    const uint32_t bytes = 0u;  // BOUND: no gather (zero-filled, no memory read)
-    (void)valid;
+    const uint32_t bytes = valid ? 16u : 0u;
     if (units.has_first)
       ptx::cp_async_cg_16(raw_row + 16 * units.first, fp8 + 16 * units.first, bytes);
     ptx::cp_async_cg_16(raw_row + 16 * units.second, fp8 + 16 * units.second, bytes);
@@ -395,9 +394,9 @@ struct ConvertInScorer {
     convert_half<Traits, kStage, kHalf>(sm);
   }
 };
-// BOUND (wrong numbers): no conversion phase at all, the raw bytes scored as they landed.
 template <class Traits>
-using ScorerPrepare = NoPrepare;
+using ScorerPrepare =
+    std::conditional_t<Traits::kFormat == KvCacheFormat::kBf16, NoPrepare, ConvertInScorer<Traits>>;
 
 template <class Traits, bool kUnion>
 __device__ __forceinline__ void produce(const DecodeLaunch& launch,
