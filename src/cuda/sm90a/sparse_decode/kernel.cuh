@@ -137,7 +137,7 @@ template <class Traits>
 __device__ __forceinline__ void prefetch_slot(const detail::DecodeParams& p,
                                               const CacheDividers& div, const Piece& w, int block,
                                               int32_t index) {
-  if (block >= w.end || true) return;  // BOUND: no gather, no prefetch
+  if (block >= w.end) return;
   const bool main = block < w.lists.blocks_main;
   bool valid;
   const decode::SlotRows src =
@@ -213,12 +213,11 @@ __device__ __forceinline__ void issue_fp8_half(const detail::DecodeParams& p,
     if (at.chunk == 0) {
       if (!kUnion && writes_flags) sm.valid[kStage][row] = valid ? 1 : 0;
       ptx::cp_async_ca_8(half_base + 8 * row, half_scale_source<Traits, kHalf>(src),
-                         0u);  // BOUND: no gather
+                         valid ? 8u : 0u);
     }
     const uint8_t* fp8 = src.data + 256 * kHalf;
     const uint32_t raw_row = raw + row * kRawPitch;
-    const uint32_t bytes = 0u;  // BOUND: no gather (zero-filled, no memory read)
-    (void)valid;
+    const uint32_t bytes = valid ? 16u : 0u;
     if (units.has_first)
       ptx::cp_async_cg_16(raw_row + 16 * units.first, fp8 + 16 * units.first, bytes);
     ptx::cp_async_cg_16(raw_row + 16 * units.second, fp8 + 16 * units.second, bytes);
@@ -306,8 +305,15 @@ __device__ __forceinline__ void store_unit(uint8_t* half_base, int row, int u, c
   uint8_t* row_base = half_base + (u >> 2) * kPanelBytes + row * 128;
   uint4* lo = reinterpret_cast<uint4*>(row_base + ((chunk ^ (row & 7)) << 4));
   uint4* hi = reinterpret_cast<uint4*>(row_base + (((chunk + 1) ^ (row & 7)) << 4));
-  // BOUND (wrong numbers): no conversion at all (the raw bytes stay where they landed)
-  (void)lo; (void)hi; (void)raw; (void)scales;
+  if constexpr (Traits::kScaleEncoding == ScaleEncoding::kFloat32) {
+    const float scale = __uint_as_float(u < 8 ? scales.x : scales.y);
+    *lo = dequant_e4m3x8(make_uint2(raw.x, raw.y), scale);
+    *hi = dequant_e4m3x8(make_uint2(raw.z, raw.w), scale);
+  } else {
+    const uint32_t scale = ue8m0_to_bf16x2((scales.x >> (8 * (u >> 2))) & 0xffu);
+    *lo = dequant_e4m3x8_pow2(make_uint2(raw.x, raw.y), scale);
+    *hi = dequant_e4m3x8_pow2(make_uint2(raw.z, raw.w), scale);
+  }
 }
 
 // A half-stage's conversion by the warpgroup that scores it, once the half has landed (its full
