@@ -491,16 +491,17 @@ bool sm90a_decode_supports(const SparseDecodeProblem& problem, std::string* why_
 using cuda::kSm90aDecodeBlockKeys;
 using cuda::kSm90aDecodeRows;
 
-// The Hopper decode's launch of `problem`, or of its union's call (`launched`): the part-count
-// rule for full lists, over an index union for the unions' capacity (s_q full lists).
-// SMLA_DECODE_NUM_PARTS replaces the count (the plain cost line), as on the portable kernels'
-// unpaired launches.
+// The Hopper decode's launch of `problem`, or of its union's call (`launched`). Over an index
+// union the plain cost line over every SM: the part-count rule sizes parts for full lists, and a
+// union is shorter than s_q full lists by the rows its tokens share. SMLA_DECODE_NUM_PARTS
+// replaces the count (the plain cost line), as on the portable kernels' unpaired launches.
 cuda::DecodeLaunchShape sm90a_decode_shape(const SparseDecodeProblem& launched,
-                                           const DeviceLimits& limits, bool) {
+                                           const DeviceLimits& limits, bool over_union) {
   cuda::DecodeLaunchShape shape =
       cuda::one_cta_per_sm_decode_shape(launched, limits, kSm90aDecodeRows, kSm90aDecodeBlockKeys);
-  if (const std::optional<int> forced = decode_knobs().num_parts) {
-    shape.num_parts = *forced;
+  const std::optional<int> forced = decode_knobs().num_parts;
+  if (over_union || forced) {
+    shape.num_parts = forced ? *forced : std::max(1, limits.sm_count / shape.head_groups);
     shape.min_units = 0;
     shape.working_parts = shape.num_parts;
   }
