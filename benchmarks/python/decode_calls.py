@@ -4,9 +4,9 @@
 Each row of docs/flashmla_baseline.md's decode table (V3.2 h_q 128 topk 2048 at b 2 / 64 / 128;
 V4 h_q 64 topk 128 + 512 extra and h_q 128 topk 128 + 1024 extra at b 2 / 64 / 128 / 256; s_q 2)
 and the tensor-parallel shards of ../shared/PERFORMANCE.md (V4 h_q 16 / 32 with 1024 extra at b
-128 s_q 2; V4 h_q 8 / 16 with 512 extra at s_q 1, b 1 / 12 / 64 / 128, against FlashMLA padded to
-64 heads) is timed three ways, the call's holder filled first (a decode step's later layers).
-The inputs are shaped as FlashMLA's own benchmark makes them (``flashmla_cases.py``: each
+128 s_q 2; V4 h_q 8 / 16 with 512 extra at s_q 1, b 1 / 12 / 64 / 128; V3.2 h_q 16 at b 1 / 8 s_q 1
+and b 64 s_q 2, h_q 8 at b 8; against FlashMLA padded to 64 heads) is timed three ways, the
+call's holder filled first (a decode step's later layers). The inputs are shaped as FlashMLA's own benchmark makes them (``flashmla_cases.py``: each
 request's cache length about s_k = 16384 tokens on pages of its own, each token's list distinct
 positions of its request, full lists), so the times compare with FlashMLA's figures:
 
@@ -52,8 +52,8 @@ import sparse_mla.flash_mla as smla_flash_mla  # noqa: E402
 S_K = 16384
 
 
-def _v32(b: int, flashmla: float) -> Dict:
-    return dict(fmt="v32_fp8", b=b, s_q=2, h_q=128, topk=2048, page=64, extra=None, s_k=S_K,
+def _v32(b: int, flashmla: float, h_q: int = 128, s_q: int = 2) -> Dict:
+    return dict(fmt="v32_fp8", b=b, s_q=s_q, h_q=h_q, topk=2048, page=64, extra=None, s_k=S_K,
                 flashmla=flashmla)
 
 
@@ -77,6 +77,12 @@ CASES = {
        for b, t in ((1, 19.8), (12, 27.8), (64, 53.9), (128, 58.7))},
     **{f"v4_h16_s1_b{b}": _v4(16, b, 512, t, s_q=1)
        for b, t in ((1, 20.0), (12, 28.0), (64, 55.1), (128, 58.9))},
+    # V3.2 shards: FlashMLA padded to 64 heads, device time of a graph replay (PERFORMANCE.md's
+    # small-heads table; the h16 b 1 goal is <= 10 us).
+    "v32_h16_s1_b1": _v32(1, 21.5, h_q=16, s_q=1),
+    "v32_h16_s1_b8": _v32(8, 25.6, h_q=16, s_q=1),
+    "v32_h8_s1_b8": _v32(8, 26.6, h_q=8, s_q=1),
+    "v32_h16_b64": _v32(64, 119.7, h_q=16),
 }
 
 
