@@ -6,9 +6,10 @@ V4 h_q 64 topk 128 + 512 extra and h_q 128 topk 128 + 1024 extra at b 2 / 64 / 1
 and the tensor-parallel shards of ../shared/PERFORMANCE.md (V4 h_q 16 / 32 with 1024 extra at b
 128 s_q 2; V4 h_q 8 / 16 with 512 extra at s_q 1, b 1 / 12 / 64 / 128; V3.2 h_q 16 at b 1 / 8 s_q 1
 and b 64 s_q 2, h_q 8 at b 8; against FlashMLA padded to 64 heads) is timed three ways, the
-call's holder filled first (a decode step's later layers). The inputs are shaped as FlashMLA's own benchmark makes them (``flashmla_cases.py``: each
-request's cache length about s_k = 16384 tokens on pages of its own, each token's list distinct
-positions of its request, full lists), so the times compare with FlashMLA's figures:
+call's holder filled first (a decode step's later layers). The inputs are shaped as FlashMLA's
+own benchmark makes them (``flashmla_cases.py``: each request's cache length about s_k = 16384
+tokens on pages of its own, each token's list distinct positions of its request, full lists), so
+the times compare with FlashMLA's figures:
 
 - **isolated call**: ``host_time.time_isolated`` (synchronise, then the Python call: host wall;
   a sleep kernel, then CUDA events around the same call: device time; their sum);
