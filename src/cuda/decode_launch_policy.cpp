@@ -115,8 +115,7 @@ Status decode_launch_shape(const SparseDecodeProblem& problem, const DeviceLimit
   // replaced ran 3 CTAs per SM, where the plain count measured best
   // (benchmarks/results/exp-decode-num-parts-2026-11-30/).
   if (shape->clusters > 0 || shape->ctas_per_sm <= 2) {
-    const int64_t bound_blocks = planning::query_blocks(
-        problem.topk, problem.has_extra ? problem.extra_topk : 0, tile.block_keys);
+    const int64_t bound_blocks = decode_full_list_blocks(problem, tile.block_keys);
     const planning::DecodePartCount count = part_count_of(
         problem.b * problem.s_q, bound_blocks, shape->num_parts, decode_lists_full(problem));
     shape->num_parts = count.num_parts;
@@ -227,6 +226,11 @@ bool decode_lists_full(const SparseDecodeProblem& problem) {
   return !problem.has_topk_length && !(problem.has_extra && problem.has_extra_topk_length);
 }
 
+int32_t decode_full_list_blocks(const SparseDecodeProblem& problem, int block_keys) {
+  return planning::query_blocks(problem.topk, problem.has_extra ? problem.extra_topk : 0,
+                                block_keys);
+}
+
 DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem,
                                               const DeviceLimits& limits, int rows,
                                               int block_keys) {
@@ -234,8 +238,7 @@ DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem
   shape.head_groups = decode_head_groups(problem.h_q, rows);
   shape.ctas_per_sm = 1;
   const int slots = std::max(1, limits.sm_count / shape.head_groups);
-  const int64_t bound_blocks =
-      planning::query_blocks(problem.topk, problem.has_extra ? problem.extra_topk : 0, block_keys);
+  const int64_t bound_blocks = decode_full_list_blocks(problem, block_keys);
   const planning::DecodePartCount count =
       part_count_of(problem.b * problem.s_q, bound_blocks, slots, decode_lists_full(problem));
   shape.num_parts = count.num_parts;
@@ -245,8 +248,7 @@ DecodeLaunchShape one_cta_per_sm_decode_shape(const SparseDecodeProblem& problem
 }
 
 int64_t sm90a_decode_pairs(const SparseDecodeProblem& problem) {
-  const int64_t blocks = planning::query_blocks(
-      problem.topk, problem.has_extra ? problem.extra_topk : 0, kSm90aDecodeBlockKeys);
+  const int64_t blocks = decode_full_list_blocks(problem, kSm90aDecodeBlockKeys);
   return problem.b * problem.s_q * decode_head_groups(problem.h_q, kSm90aDecodeRows) *
          ((blocks + 1) / 2);
 }

@@ -100,6 +100,10 @@ Status choose_decode_launch(const SparseDecodeProblem& problem, const DeviceLimi
 // kernel_tables.cpp).
 bool decode_lists_full(const SparseDecodeProblem& problem);
 
+// Blocks of `block_keys` slots of one query whose main and extra lists are full: the lists' bound,
+// which the part count sizes parts for, and every query's blocks where decode_lists_full.
+int32_t decode_full_list_blocks(const SparseDecodeProblem& problem, int block_keys);
+
 // The launch of a kernel that runs one CTA of `rows` heads per part and head group on every SM
 // (the Hopper decode, sm90a/sparse_decode): head groups of `rows`, and the part-count rule for
 // full lists (planning/decode_part_count.h) over sm_count / head groups slots; `tile` unused.

@@ -384,9 +384,8 @@ Status run_split_decode(const DecodeParams& params, const DecodePlan& plan, void
   // union's lengths are the device's.)
   const SparseDecodeProblem& p = params.problem;
   if (over_union.heads_per_token == 0 && cuda::decode_lists_full(p) &&
-      planning::full_lists_split_nothing(
-          num_queries, planning::query_blocks(p.topk, p.has_extra ? p.extra_topk : 0, block_keys),
-          num_parts, min_units)) {
+      planning::full_lists_split_nothing(num_queries, cuda::decode_full_list_blocks(p, block_keys),
+                                         num_parts, min_units)) {
     return {};
   }
   return cuda::launch_split_combine(params, num_parts, workspace, stream,
